@@ -1,0 +1,156 @@
+/*
+ * tileattn — exact softmax attention (FlashAttention-2 and beyond).
+ *
+ * The C ABI: plain structs and functions, no C++ types, so the Python binding (ctypes) and other
+ * languages can call the library without linking a C++ runtime or a framework.  The C++ API in
+ * tileattn.hpp wraps the same structs and turns error codes into exceptions.
+ *
+ * Conventions shared by every entry point
+ *   - Shapes follow flash-attn 2.x: q (B, Sq, H, D), k/v (B, Sk, Hk, D); or, for variable-length
+ *     batches, the packed form q (total_q, H, D), k/v (total_k, Hk, D) with cu_seqlens_q/k.
+ *   - Strides are int64 element counts for the batch, row (sequence position) and head dims; the
+ *     head dim D is always contiguous.  Packed QKV, GQA and non-contiguous views come from strides.
+ *     In varlen mode the batch strides are ignored (rows are addressed through cu_seqlens).
+ *   - H must be a multiple of Hk (GQA/MQA): query head h reads KV head h / (H / Hk).
+ *   - The score of query row i and key column j is
+ *         s = softmax_scale * <q_i, k_j>
+ *         s = softcap * tanh(s / softcap)                  (when softcap > 0)
+ *         s = s - slope_h * |i + Sk - Sq - j|               (when ALiBi slopes are given)
+ *     and column j is visible from row i when (bottom-right aligned, as flash-attn >= 2.1)
+ *         j <= i + Sk - Sq + window_right   (window_right >= 0; causal means window_right = 0)
+ *         j >= i + Sk - Sq - window_left    (window_left >= 0)
+ *     A row that sees no column gets output 0 and LSE +inf, never NaN.
+ *   - Dropout keeps each probability with chance 1 - p and scales kept ones by 1 / (1 - p); the
+ *     keep/drop mask is a pure function of (seed, offset, batch, head, row, column), written down
+ *     in docs/dropout-rng.md, so every backend draws the same mask.
+ */
+#ifndef TILEATTN_TILEATTN_H
+#define TILEATTN_TILEATTN_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define TILEATTN_API __declspec(dllexport)
+#else
+#define TILEATTN_API __attribute__((visibility("default")))
+#endif
+
+/* Bumped whenever a struct below changes layout; bindings compare it with their own copy. */
+#define TILEATTN_ABI_VERSION 1
+
+typedef enum tileattn_dtype {
+  TILEATTN_FLOAT16 = 0,
+  TILEATTN_BFLOAT16 = 1,
+  TILEATTN_FLOAT32 = 2 /* CPU backend only */
+} tileattn_dtype;
+
+typedef enum tileattn_device {
+  TILEATTN_DEVICE_CPU = 0,
+  TILEATTN_DEVICE_CUDA = 1
+} tileattn_device;
+
+typedef enum tileattn_status {
+  TILEATTN_OK = 0,
+  TILEATTN_ERROR_INVALID_ARGUMENT = 1, /* a value, shape, stride or option is wrong */
+  TILEATTN_ERROR_DTYPE = 2,            /* a dtype is wrong or unsupported for this backend */
+  TILEATTN_ERROR_UNSUPPORTED = 3,      /* valid, but not supported here (GPU arch, feature) */
+  TILEATTN_ERROR_NOT_BUILT = 4,        /* the backend was not compiled into this library */
+  TILEATTN_ERROR_INTERNAL = 5          /* a bug or a failed CUDA call */
+} tileattn_status;
+
+/* Forward: out = softmax(scores) @ v, plus the log-sum-exp of every score row. */
+typedef struct tileattn_fwd_params {
+  /* Inputs, all of `dtype`. */
+  const void* q;
+  const void* k;
+  const void* v;
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+
+  /* Outputs.  out has q's shape and `dtype`; softmax_lse is float32, (B, H, Sq) in batch mode
+   * and (H, total_q) in varlen mode, addressed as lse[b * lse_batch_stride + h * lse_head_stride
+   * + row] where, in varlen mode, row counts from cu_seqlens_q[b]. */
+  void* out;
+  int64_t out_batch_stride, out_row_stride, out_head_stride;
+  float* softmax_lse;
+  int64_t lse_batch_stride, lse_head_stride;
+
+  /* Optional, for tests: float32 (B, H, Sq, Sk) (varlen: Sq = max_seqlen_q, Sk = max_seqlen_k)
+   * probabilities after softmax; entries dropped by dropout are stored negated, masked and
+   * out-of-range entries as 0.  NULL to skip (it costs a second pass). */
+  float* attn_probs;
+  int64_t probs_batch_stride, probs_head_stride, probs_row_stride;
+
+  /* Sizes.  In varlen mode seqlen_q/seqlen_k are max_seqlen_q/max_seqlen_k. */
+  int32_t batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim;
+
+  /* Varlen (all NULL for the batch form).  cu_seqlens_q/k: int32 (B + 1) prefix sums into the
+   * packed rows; total_q/total_k: rows in the packed q and k/v; seqused_k: optional int32 (B),
+   * keys actually used per sequence (<= its cu_seqlens_k length).  seqused_k also works in batch
+   * form.  On CUDA these point to device memory. */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  const int32_t* seqused_k;
+  int64_t total_q, total_k;
+
+  /* Options. */
+  float softmax_scale; /* 0 means 1/sqrt(head_dim) */
+  int32_t window_left, window_right; /* -1 = unbounded on that side; causal = (-1, 0) */
+  float softcap;                     /* 0 = off */
+  const float* alibi_slopes;         /* NULL, or float32 (H) or (B, H) */
+  int64_t alibi_batch_stride;        /* 0 for (H), H (or more) for (B, H) */
+  float dropout_p;                   /* in [0, 1) */
+  uint64_t philox_seed, philox_offset;
+
+  tileattn_dtype dtype;
+  tileattn_device device;
+  void* stream;        /* cudaStream_t on CUDA, ignored on CPU */
+  int32_t num_threads; /* CPU: worker threads, 0 = all cores */
+} tileattn_fwd_params;
+
+/* Backward: given dout, recompute the probabilities from lse and produce dq, dk, dv.
+ * dk/dv have k/v's shape: the gradient is summed over the query heads that share a KV head. */
+typedef struct tileattn_bwd_params {
+  tileattn_fwd_params fwd; /* the forward's inputs, out and softmax_lse (read, not written);
+                              attn_probs is ignored */
+  const void* dout;
+  int64_t dout_batch_stride, dout_row_stride, dout_head_stride;
+  void* dq;
+  int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+  void* dk;
+  int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+  void* dv;
+  int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+  int32_t deterministic; /* nonzero: bitwise-reproducible gradients (the CPU backend always is) */
+} tileattn_bwd_params;
+
+/* Fills defaults: everything zero/NULL except window_left = window_right = -1. */
+TILEATTN_API void tileattn_fwd_params_init(tileattn_fwd_params* params);
+TILEATTN_API void tileattn_bwd_params_init(tileattn_bwd_params* params);
+
+/* Validate, then run on params->device.  Returns TILEATTN_OK or an error code; on error
+ * tileattn_last_error() tells what was wrong and tileattn_last_error_argument() names the
+ * argument (both thread-local, valid until the next call on this thread). */
+TILEATTN_API int tileattn_forward(const tileattn_fwd_params* params);
+TILEATTN_API int tileattn_backward(const tileattn_bwd_params* params);
+
+TILEATTN_API const char* tileattn_last_error(void);
+TILEATTN_API const char* tileattn_last_error_argument(void);
+
+TILEATTN_API int tileattn_abi_version(void);
+/* 1 when the CUDA backend was compiled in. */
+TILEATTN_API int tileattn_has_cuda(void);
+/* Bytes of the compiled-in struct layouts, so a binding can check it mirrors them exactly. */
+TILEATTN_API int64_t tileattn_fwd_params_size(void);
+TILEATTN_API int64_t tileattn_bwd_params_size(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILEATTN_TILEATTN_H */

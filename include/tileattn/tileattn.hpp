@@ -1,0 +1,45 @@
+// tileattn — the C++ API: the same flat Params structs as the C ABI (tileattn.h), with errors as
+// exceptions.  Every entry point validates its arguments first, whatever the backend.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "tileattn/tileattn.h"
+
+namespace tileattn {
+
+using ForwardParams = tileattn_fwd_params;
+using BackwardParams = tileattn_bwd_params;
+
+enum class ErrorCode {
+  kInvalidArgument = TILEATTN_ERROR_INVALID_ARGUMENT,
+  kDtype = TILEATTN_ERROR_DTYPE,
+  kUnsupported = TILEATTN_ERROR_UNSUPPORTED,
+  kNotBuilt = TILEATTN_ERROR_NOT_BUILT,
+  kInternal = TILEATTN_ERROR_INTERNAL,
+};
+
+// Thrown for every failure.  argument() names the offending argument ("k", "cu_seqlens_q",
+// "window_left"), or is empty for failures that belong to no argument.
+class TILEATTN_API Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, std::string argument, const std::string& message)
+      : std::runtime_error(message), code_(code), argument_(std::move(argument)) {}
+  ErrorCode code() const noexcept { return code_; }
+  const std::string& argument() const noexcept { return argument_; }
+
+ private:
+  ErrorCode code_;
+  std::string argument_;
+};
+
+// Params with the library's defaults (see tileattn_fwd_params_init).
+TILEATTN_API ForwardParams default_forward_params();
+TILEATTN_API BackwardParams default_backward_params();
+
+// Validate, then run on params.device.  Throw tileattn::Error on any failure.
+TILEATTN_API void forward(const ForwardParams& params);
+TILEATTN_API void backward(const BackwardParams& params);
+
+}  // namespace tileattn

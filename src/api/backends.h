@@ -1,0 +1,17 @@
+// The entry points each backend implements.  They receive params that src/api has validated and
+// resolved (softmax_scale filled in), and may assume every rule in validate.h holds.
+#pragma once
+
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn {
+
+void cpu_forward(const ForwardParams& params);
+void cpu_backward(const BackwardParams& params);
+
+#ifdef TILEATTN_WITH_CUDA
+void cuda_forward(const ForwardParams& params);
+void cuda_backward(const BackwardParams& params);
+#endif
+
+}  // namespace tileattn
