@@ -1,0 +1,68 @@
+// The C++ entry points: validate, resolve defaults, then hand the params to the backend that owns
+// the tensors' device.
+#include <cmath>
+
+#include "api/backends.h"
+#include "api/validate.h"
+
+namespace tileattn {
+namespace {
+
+ForwardParams resolve_defaults(ForwardParams p) {
+  if (p.softmax_scale == 0.0f) p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  return p;
+}
+
+[[noreturn]] void cuda_not_built() {
+  throw Error(ErrorCode::kNotBuilt, "device",
+              "this tileattn library was built without the CUDA backend (configure with "
+              "-DTILEATTN_CUDA=ON on a machine with nvcc)");
+}
+
+}  // namespace
+
+ForwardParams default_forward_params() {
+  ForwardParams p;
+  tileattn_fwd_params_init(&p);
+  return p;
+}
+
+BackwardParams default_backward_params() {
+  BackwardParams p;
+  tileattn_bwd_params_init(&p);
+  return p;
+}
+
+void forward(const ForwardParams& params) {
+  validate_forward(params);
+  const ForwardParams p = resolve_defaults(params);
+  if (p.device == TILEATTN_DEVICE_CPU) {
+    validate_sequence_lengths(p);
+    cpu_forward(p);
+    return;
+  }
+#ifdef TILEATTN_WITH_CUDA
+  cuda_forward(p);
+#else
+  cuda_not_built();
+#endif
+}
+
+void backward(const BackwardParams& params) {
+  validate_backward(params);
+  BackwardParams p = params;
+  p.fwd = resolve_defaults(params.fwd);
+  p.fwd.attn_probs = nullptr;
+  if (p.fwd.device == TILEATTN_DEVICE_CPU) {
+    validate_sequence_lengths(p.fwd);
+    cpu_backward(p);
+    return;
+  }
+#ifdef TILEATTN_WITH_CUDA
+  cuda_backward(p);
+#else
+  cuda_not_built();
+#endif
+}
+
+}  // namespace tileattn

@@ -1,0 +1,237 @@
+#include "api/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tileattn {
+namespace {
+
+template <typename... Parts>
+[[noreturn]] void fail(ErrorCode code, const std::string& argument, const Parts&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  throw Error(code, argument, message.str());
+}
+
+template <typename... Parts>
+[[noreturn]] void invalid(const std::string& argument, const Parts&... parts) {
+  fail(ErrorCode::kInvalidArgument, argument, parts...);
+}
+
+bool is_varlen(const ForwardParams& p) { return p.cu_seqlens_q != nullptr; }
+
+void check_pointer(const void* ptr, const char* name, int64_t elements) {
+  if (ptr == nullptr && elements > 0) invalid(name, name, " is a null pointer");
+}
+
+// One dim of a tensor view: how many indices and how far apart, in elements.
+struct Dim {
+  int64_t size;
+  int64_t stride;
+};
+
+// A tensor we write must not have two indices on one element, or the result depends on the
+// order of the writes.  Sorted by stride, each dim must step past everything the dims inside
+// it span.  dims excludes the contiguous innermost dim, whose extent is `inner`.
+void check_strides(const char* name, std::vector<Dim> dims, int64_t inner, bool written) {
+  for (const Dim& d : dims) {
+    if (d.stride < 0) invalid(name, name, " has a negative stride (", d.stride, ")");
+  }
+  if (!written) return;
+  dims.erase(std::remove_if(dims.begin(), dims.end(), [](const Dim& d) { return d.size <= 1; }),
+             dims.end());
+  std::sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  int64_t span = inner;  // elements covered by the dims checked so far
+  for (const Dim& d : dims) {
+    if (d.stride < span) {
+      invalid(name, name, " has overlapping elements: a stride of ", d.stride,
+              " is smaller than the ", span, " elements the inner dims span");
+    }
+    span = d.stride * (d.size - 1) + span;
+  }
+}
+
+// The (rows, heads, head_dim) view of q-, k- or v-shaped tensors, in either batch or varlen form.
+void check_qkv_like(const ForwardParams& p, const char* name, const void* ptr, int64_t batch_stride,
+                    int64_t row_stride, int64_t head_stride, int64_t rows_per_batch,
+                    int64_t total_rows, int heads, bool written) {
+  const int64_t batches = is_varlen(p) ? 1 : p.batch;
+  const int64_t rows = is_varlen(p) ? total_rows : rows_per_batch;
+  check_pointer(ptr, name, batches * rows * heads * p.head_dim);
+  std::vector<Dim> dims = {{rows, row_stride}, {heads, head_stride}};
+  if (!is_varlen(p)) dims.push_back({batches, batch_stride});
+  check_strides(name, dims, p.head_dim, written);
+}
+
+const char* dtype_name(tileattn_dtype dtype) {
+  switch (dtype) {
+    case TILEATTN_FLOAT16: return "float16";
+    case TILEATTN_BFLOAT16: return "bfloat16";
+    case TILEATTN_FLOAT32: return "float32";
+  }
+  return "unknown";
+}
+
+void check_sizes(const ForwardParams& p) {
+  if (p.batch < 0) invalid("batch", "batch is ", p.batch, "; it must be >= 0");
+  if (p.seqlen_q < 0) invalid("seqlen_q", "seqlen_q is ", p.seqlen_q, "; it must be >= 0");
+  if (p.seqlen_k < 0) invalid("seqlen_k", "seqlen_k is ", p.seqlen_k, "; it must be >= 0");
+  if (p.num_heads < 1) invalid("q", "q has ", p.num_heads, " heads; it needs at least 1");
+  if (p.num_heads_k < 1) invalid("k", "k has ", p.num_heads_k, " heads; it needs at least 1");
+  if (p.num_heads % p.num_heads_k != 0) {
+    invalid("k", "k has ", p.num_heads_k, " heads, which does not divide the ", p.num_heads,
+            " heads of q");
+  }
+  if (p.head_dim < 1 || p.head_dim > 256) {
+    invalid("q", "q has head dim ", p.head_dim, "; tileattn supports 1 to 256");
+  }
+}
+
+void check_dtype_and_device(const ForwardParams& p) {
+  if (p.device != TILEATTN_DEVICE_CPU && p.device != TILEATTN_DEVICE_CUDA) {
+    invalid("device", "device ", static_cast<int>(p.device), " is neither CPU (0) nor CUDA (1)");
+  }
+  if (p.dtype != TILEATTN_FLOAT16 && p.dtype != TILEATTN_BFLOAT16 && p.dtype != TILEATTN_FLOAT32) {
+    fail(ErrorCode::kDtype, "q", "q has dtype code ", static_cast<int>(p.dtype),
+         ", which is none of float16, bfloat16, float32");
+  }
+  if (p.device == TILEATTN_DEVICE_CUDA && p.dtype == TILEATTN_FLOAT32) {
+    fail(ErrorCode::kDtype, "q", "q has dtype ", dtype_name(p.dtype),
+         "; the CUDA backend supports float16 and bfloat16");
+  }
+  if (p.num_threads < 0) invalid("num_threads", "num_threads is ", p.num_threads, "; it must be >= 0");
+}
+
+void check_options(const ForwardParams& p) {
+  if (!std::isfinite(p.softmax_scale)) {
+    invalid("softmax_scale", "softmax_scale is ", p.softmax_scale, "; it must be finite");
+  }
+  if (p.window_left < -1) {
+    invalid("window_left", "window_left is ", p.window_left, "; it must be >= 0, or -1 for no limit");
+  }
+  if (p.window_right < -1) {
+    invalid("window_right", "window_right is ", p.window_right,
+            "; it must be >= 0, or -1 for no limit");
+  }
+  if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap)) {
+    invalid("softcap", "softcap is ", p.softcap, "; it must be finite and >= 0 (0 = off)");
+  }
+  if (!(p.dropout_p >= 0.0f && p.dropout_p < 1.0f)) {
+    invalid("dropout_p", "dropout_p is ", p.dropout_p, "; it must be in [0, 1)");
+  }
+  if (p.alibi_slopes != nullptr && p.alibi_batch_stride != 0 && p.alibi_batch_stride < p.num_heads) {
+    invalid("alibi_slopes", "alibi_slopes has a batch stride of ", p.alibi_batch_stride,
+            ", less than its ", p.num_heads, " heads; use shape (H) with stride 0 or (B, H)");
+  }
+  if (p.alibi_batch_stride < 0) {
+    invalid("alibi_slopes", "alibi_slopes has a negative batch stride (", p.alibi_batch_stride, ")");
+  }
+}
+
+void check_varlen_struct(const ForwardParams& p) {
+  if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr)) {
+    invalid(p.cu_seqlens_q == nullptr ? "cu_seqlens_q" : "cu_seqlens_k",
+            "cu_seqlens_q and cu_seqlens_k must be given together (varlen form) or both omitted");
+  }
+  if (!is_varlen(p)) return;
+  if (p.total_q < 0) invalid("q", "q has ", p.total_q, " packed rows; it must be >= 0");
+  if (p.total_k < 0) invalid("k", "k has ", p.total_k, " packed rows; it must be >= 0");
+}
+
+void check_lse(const ForwardParams& p) {
+  const int64_t rows = is_varlen(p) ? p.total_q : p.seqlen_q;
+  const int64_t batches = is_varlen(p) ? 1 : p.batch;
+  check_pointer(p.softmax_lse, "softmax_lse", batches * p.num_heads * rows);
+  std::vector<Dim> dims = {{p.num_heads, p.lse_head_stride}};
+  if (!is_varlen(p)) dims.push_back({batches, p.lse_batch_stride});
+  check_strides("softmax_lse", dims, rows, /*written=*/true);
+}
+
+void check_probs(const ForwardParams& p) {
+  if (p.attn_probs == nullptr) return;
+  check_strides("attn_probs",
+                {{p.batch, p.probs_batch_stride}, {p.num_heads, p.probs_head_stride},
+                 {p.seqlen_q, p.probs_row_stride}},
+                p.seqlen_k, /*written=*/true);
+}
+
+}  // namespace
+
+void validate_forward(const ForwardParams& p) {
+  check_dtype_and_device(p);
+  check_sizes(p);
+  check_varlen_struct(p);
+  check_options(p);
+  check_qkv_like(p, "q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.seqlen_q,
+                 p.total_q, p.num_heads, false);
+  check_qkv_like(p, "k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.seqlen_k,
+                 p.total_k, p.num_heads_k, false);
+  check_qkv_like(p, "v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.seqlen_k,
+                 p.total_k, p.num_heads_k, false);
+  check_qkv_like(p, "out", p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride,
+                 p.seqlen_q, p.total_q, p.num_heads, true);
+  check_lse(p);
+  check_probs(p);
+}
+
+void validate_backward(const BackwardParams& p) {
+  // The forward's arguments, read again: out and softmax_lse are inputs here.
+  ForwardParams f = p.fwd;
+  f.attn_probs = nullptr;
+  validate_forward(f);
+  check_qkv_like(f, "dout", p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride,
+                 f.seqlen_q, f.total_q, f.num_heads, false);
+  check_qkv_like(f, "dq", p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, f.seqlen_q,
+                 f.total_q, f.num_heads, true);
+  check_qkv_like(f, "dk", p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, f.seqlen_k,
+                 f.total_k, f.num_heads_k, true);
+  check_qkv_like(f, "dv", p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, f.seqlen_k,
+                 f.total_k, f.num_heads_k, true);
+}
+
+void validate_sequence_lengths(const ForwardParams& p) {
+  if (is_varlen(p)) {
+    struct Side {
+      const char* name;
+      const int32_t* cu;
+      int64_t total;
+      int max_len;
+      const char* max_name;
+    };
+    const Side sides[] = {{"cu_seqlens_q", p.cu_seqlens_q, p.total_q, p.seqlen_q, "max_seqlen_q"},
+                          {"cu_seqlens_k", p.cu_seqlens_k, p.total_k, p.seqlen_k, "max_seqlen_k"}};
+    for (const Side& s : sides) {
+      if (s.cu[0] < 0) invalid(s.name, s.name, "[0] is ", s.cu[0], "; it must be >= 0");
+      for (int b = 0; b < p.batch; ++b) {
+        const int64_t len = static_cast<int64_t>(s.cu[b + 1]) - s.cu[b];
+        if (len < 0) {
+          invalid(s.name, s.name, " is not monotone: entry ", b + 1, " (", s.cu[b + 1],
+                  ") is below entry ", b, " (", s.cu[b], ")");
+        }
+        if (len > s.max_len) {
+          invalid(s.max_name, "sequence ", b, " has length ", len, " (from ", s.name,
+                  "), more than ", s.max_name, " = ", s.max_len);
+        }
+      }
+      if (s.cu[p.batch] > s.total) {
+        invalid(s.name, s.name, "[", p.batch, "] is ", s.cu[p.batch], ", past the ", s.total,
+                " packed rows");
+      }
+    }
+  }
+  if (p.seqused_k != nullptr) {
+    for (int b = 0; b < p.batch; ++b) {
+      const int available =
+          is_varlen(p) ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
+      if (p.seqused_k[b] < 0 || p.seqused_k[b] > available) {
+        invalid("seqused_k", "seqused_k[", b, "] is ", p.seqused_k[b], "; sequence ", b, " has ",
+                available, " keys");
+      }
+    }
+  }
+}
+
+}  // namespace tileattn

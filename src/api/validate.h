@@ -1,0 +1,17 @@
+// Every rule the Params structs imply, checked in one place for every backend.  Each failure
+// throws tileattn::Error naming the argument and the values involved.
+#pragma once
+
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn {
+
+// Rules that read only the struct (sizes, strides, dtypes, options): cheap, run on every call.
+void validate_forward(const ForwardParams& p);
+void validate_backward(const BackwardParams& p);
+
+// Rules on the contents of cu_seqlens_q/k and seqused_k.  They read those arrays, so they need
+// host memory: the CPU backend runs them, the CUDA backend only in a debug mode (a device sync).
+void validate_sequence_lengths(const ForwardParams& p);
+
+}  // namespace tileattn

@@ -1,0 +1,252 @@
+// The CPU backward: FlashAttention-2's Algorithm 2 on float32 tiles.
+//   D_i = rowsum(dO_i o O_i)                                   (preprocess)
+//   P_ij = 2^(t_ij - LSE_i log2 e)                             (recomputed, never stored)
+//   dV_j += P_ij^T dO_i,  dP_ij = dO_i V_j^T,  dS_ij = P_ij o (dP_ij - D_i)
+//   dK_j += dS_ij^T Q_i,  dQ_i += dS_ij K_j                   (times the softmax scale)
+// One task owns a chunk of key tiles of one (batch, query head) and loops over the query tiles
+// that see them.  Every task writes float32 partial sums to its own slots, and the final sums run
+// in a fixed order, so the gradients are bitwise the same on every run with the same threads.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "api/backends.h"
+#include "cpu/dropout.h"
+#include "cpu/gemm.h"
+#include "cpu/parallel.h"
+#include "cpu/score_tile.h"
+#include "cpu/tile_io.h"
+#include "cpu/vector_math.h"
+
+namespace tileattn {
+namespace cpu {
+namespace {
+
+struct BackwardBuffers {
+  int64_t q_rows, k_rows;                // rows per head of the packed q and k row spaces
+  int chunks;                            // key-tile chunks per (batch, head)
+  std::vector<float> delta;              // D = rowsum(dO o O): (H, q_rows)
+  std::vector<float> dq_partial;         // (chunks, H, q_rows, D)
+  std::vector<float> dk_expanded;        // (H, k_rows, D): dK before summing a GQA group
+  std::vector<float> dv_expanded;
+};
+
+struct BackwardScratch {
+  std::vector<float> q, dout, k, v, dk, dv, probs, dprobs, dtanh, lse_log2, delta;
+  explicit BackwardScratch(int dim)
+      : q(kBlockM * dim), dout(kBlockM * dim), k(kBlockN * dim), v(kBlockN * dim),
+        dk(kBlockN * dim), dv(kBlockN * dim), probs(kBlockM * kBlockN),
+        dprobs(kBlockM * kBlockN), dtanh(kBlockM * kBlockN), lse_log2(kBlockM), delta(kBlockM) {}
+};
+
+int64_t q_row_index(const ForwardParams& p, const SequenceView& s, int row) {
+  return s.q_batch * p.seqlen_q + s.q_base_row + row;
+}
+int64_t k_row_index(const ForwardParams& p, const SequenceView& s, int row) {
+  return s.q_batch * p.seqlen_k + s.k_base_row + row;
+}
+
+StridedRows q_like(const void* data, int64_t b, int64_t r, int64_t h) { return {data, b, r, h, false}; }
+StridedRows k_like(const void* data, int64_t b, int64_t r, int64_t h) { return {data, b, r, h, true}; }
+
+// D_i = sum_d dO_id O_id, in float from the stored dO and O.
+void compute_delta(const BackwardParams& p, BackwardBuffers& buf) {
+  const ForwardParams& f = p.fwd;
+  const int dim = f.head_dim;
+  const StridedRows dout = q_like(p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
+  const StridedRows out = q_like(f.out, f.out_batch_stride, f.out_row_stride, f.out_head_stride);
+  const int64_t tasks = static_cast<int64_t>(f.batch) * f.num_heads;
+  struct Rows {
+    std::vector<float> a, b;
+  };
+  parallel_tasks<Rows>(
+      tasks, f.num_threads, [&] { return Rows{std::vector<float>(dim), std::vector<float>(dim)}; },
+      [&](int64_t task, Rows& w) {
+        const int b = static_cast<int>(task / f.num_heads), h = static_cast<int>(task % f.num_heads);
+        const SequenceView seq = sequence_view(f, b);
+        for (int r = 0; r < seq.seqlen_q; ++r) {
+          load_row(f.dtype, dout.data, dout.offset(seq, r, h), dim, w.a.data());
+          load_row(f.dtype, out.data, out.offset(seq, r, h), dim, w.b.data());
+          float sum = 0.0f;
+          for (int d = 0; d < dim; ++d) sum += w.a[d] * w.b[d];
+          buf.delta[h * buf.q_rows + q_row_index(f, seq, r)] = sum;
+        }
+      });
+}
+
+struct KeyChunk {
+  int batch_index, head, chunk;
+};
+
+void backward_chunk(const BackwardParams& p, const KeyChunk& task, BackwardBuffers& buf,
+                    BackwardScratch& w) {
+  const ForwardParams& f = p.fwd;
+  const SequenceView seq = sequence_view(f, task.batch_index);
+  const int dim = f.head_dim;
+  const int head_k = task.head / (f.num_heads / f.num_heads_k);
+  const ScoreRule rule = make_score_rule(f, seq, task.batch_index, task.head);
+  const DropoutRule dropout = DropoutRule::make(f, task.batch_index, task.head);
+  const StridedRows q = q_like(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
+  const StridedRows dout = q_like(p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
+  const StridedRows k = k_like(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride);
+  const StridedRows v = k_like(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride);
+  const bool softcap = rule.softcap_log2 > 0.0f;
+
+  const int key_tiles = ceil_div(seq.seqlen_k, kBlockN);
+  const int tiles_per_chunk = ceil_div(key_tiles, buf.chunks);
+  const int tile_end = std::min(key_tiles, (task.chunk + 1) * tiles_per_chunk);
+  float* dq_partial = buf.dq_partial.data() +
+                      (static_cast<int64_t>(task.chunk) * f.num_heads + task.head) * buf.q_rows * dim;
+
+  for (int key_tile = task.chunk * tiles_per_chunk; key_tile < tile_end; ++key_tile) {
+    const int col0 = key_tile * kBlockN;
+    const int cols = std::min(kBlockN, seq.seqlen_k - col0);
+    load_tile(f.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    load_tile(f.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
+    std::fill(w.dk.begin(), w.dk.end(), 0.0f);
+    std::fill(w.dv.begin(), w.dv.end(), 0.0f);
+
+    for (int row0 = 0; row0 < seq.seqlen_q; row0 += kBlockM) {
+      const int rows = std::min(kBlockM, seq.seqlen_q - row0);
+      const KeySpan span = key_span(rule, row0, rows);
+      if (span.first > span.last || span.last < col0 || span.first >= col0 + cols) continue;
+
+      load_tile(f.dtype, q, seq, row0, rows, task.head, dim, w.q.data());
+      load_tile(f.dtype, dout, seq, row0, rows, task.head, dim, w.dout.data());
+      for (int r = 0; r < rows; ++r) {
+        w.lse_log2[r] = f.softmax_lse[lse_offset(f, seq, row0 + r, task.head)] * kLog2e;
+        w.delta[r] = buf.delta[task.head * buf.q_rows + q_row_index(f, seq, row0 + r)];
+      }
+
+      // P = 2^(t - LSE log2 e), recomputed from Q, K and the saved LSE.
+      gemm_nt(rows, cols, dim, w.q.data(), dim, w.k.data(), dim, 0.0f, w.probs.data(), kBlockN);
+      finish_scores(rule, w.probs.data(), kBlockN, row0, rows, col0, cols,
+                    !tile_is_clean(span, col0, cols), softcap ? w.dtanh.data() : nullptr);
+      for (int r = 0; r < rows; ++r) {
+        float* prob = w.probs.data() + r * kBlockN;
+        exp2_shifted(prob, w.lse_log2[r], cols, prob);
+      }
+      // dP = dO V^T
+      gemm_nt(rows, cols, dim, w.dout.data(), dim, w.v.data(), dim, 0.0f, w.dprobs.data(), kBlockN);
+
+      if (dropout.enabled) {
+        // The forward used Z o P / (1 - p): dV sees the dropped P, dS the dropped dP.
+        for (int r = 0; r < rows; ++r) {
+          dropout.apply_row(w.dprobs.data() + r * kBlockN, row0 + r, col0, cols, false);
+        }
+      }
+      // dS = P o (dP - D), times tanh' under softcap.  Computed before P is overwritten by Z o P.
+      for (int r = 0; r < rows; ++r) {
+        const float* prob = w.probs.data() + r * kBlockN;
+        float* ds = w.dprobs.data() + r * kBlockN;
+        for (int c = 0; c < cols; ++c) ds[c] = prob[c] * (ds[c] - w.delta[r]);
+        if (softcap) {
+          const float* dt = w.dtanh.data() + r * kBlockN;
+          for (int c = 0; c < cols; ++c) ds[c] *= dt[c];
+        }
+      }
+      if (dropout.enabled) {
+        for (int r = 0; r < rows; ++r) {
+          dropout.apply_row(w.probs.data() + r * kBlockN, row0 + r, col0, cols, false);
+        }
+      }
+      // dV += (Z o P)^T dO;  dK += dS^T Q;  dQ += dS K.
+      gemm_tn(cols, dim, rows, w.probs.data(), kBlockN, w.dout.data(), dim, 1.0f, w.dv.data(), dim);
+      gemm_tn(cols, dim, rows, w.dprobs.data(), kBlockN, w.q.data(), dim, 1.0f, w.dk.data(), dim);
+      gemm_nn(rows, dim, cols, w.dprobs.data(), kBlockN, w.k.data(), dim, 1.0f,
+              dq_partial + q_row_index(f, seq, row0) * dim, dim);
+    }
+    const int64_t k_row = k_row_index(f, seq, col0);
+    std::copy(w.dk.begin(), w.dk.begin() + cols * dim,
+              buf.dk_expanded.begin() + (task.head * buf.k_rows + k_row) * dim);
+    std::copy(w.dv.begin(), w.dv.begin() + cols * dim,
+              buf.dv_expanded.begin() + (task.head * buf.k_rows + k_row) * dim);
+  }
+}
+
+// dQ = scale * sum over chunks (fixed order); dK, dV = sums over the query heads of each group.
+void write_gradients(const BackwardParams& p, const BackwardBuffers& buf) {
+  const ForwardParams& f = p.fwd;
+  const int dim = f.head_dim;
+  const int group = f.num_heads / f.num_heads_k;
+  // d score / d(q.k) = scale (times tanh', already folded into dS under softcap).
+  const float grad_scale = f.softmax_scale;
+  const StridedRows dq = q_like(p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  const StridedRows dk = k_like(p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  const StridedRows dv = k_like(p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  const int64_t tasks = static_cast<int64_t>(f.batch) * f.num_heads;
+  parallel_tasks<std::vector<float>>(
+      tasks, f.num_threads, [&] { return std::vector<float>(dim); },
+      [&](int64_t task, std::vector<float>& acc) {
+        const int b = static_cast<int>(task / f.num_heads), h = static_cast<int>(task % f.num_heads);
+        const SequenceView seq = sequence_view(f, b);
+        for (int r = 0; r < seq.seqlen_q; ++r) {
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int c = 0; c < buf.chunks; ++c) {
+            const float* part = buf.dq_partial.data() +
+                                ((static_cast<int64_t>(c) * f.num_heads + h) * buf.q_rows +
+                                 q_row_index(f, seq, r)) * dim;
+            for (int d = 0; d < dim; ++d) acc[d] += part[d];
+          }
+          scale_row(acc.data(), grad_scale, dim);
+          store_row(f.dtype, acc.data(), dim, p.dq, dq.offset(seq, r, h));
+        }
+        if (h % group != 0) return;  // the group's first head writes dK, dV for the KV head
+        const int head_k = h / group;
+        // Keys past seqused_k get no gradient: write them as zeros.
+        const int stored_keys = f.cu_seqlens_k ? f.cu_seqlens_k[b + 1] - f.cu_seqlens_k[b] : f.seqlen_k;
+        for (int r = 0; r < stored_keys; ++r) {
+          const bool used = r < seq.seqlen_k;
+          for (int which = 0; which < 2; ++which) {
+            const std::vector<float>& expanded = which == 0 ? buf.dk_expanded : buf.dv_expanded;
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int g = 0; used && g < group; ++g) {
+              const float* part = expanded.data() +
+                                  ((h + g) * buf.k_rows + k_row_index(f, seq, r)) * dim;
+              for (int d = 0; d < dim; ++d) acc[d] += part[d];
+            }
+            if (which == 0) scale_row(acc.data(), grad_scale, dim);
+            store_row(f.dtype, acc.data(), dim, which == 0 ? p.dk : p.dv,
+                      (which == 0 ? dk : dv).offset(seq, r, head_k));
+          }
+        }
+      });
+}
+
+}  // namespace
+}  // namespace cpu
+
+void cpu_backward(const BackwardParams& p) {
+  using namespace cpu;
+  const ForwardParams& f = p.fwd;
+  const bool varlen = f.cu_seqlens_q != nullptr;
+  BackwardBuffers buf;
+  buf.q_rows = varlen ? f.total_q : static_cast<int64_t>(f.batch) * f.seqlen_q;
+  buf.k_rows = varlen ? f.total_k : static_cast<int64_t>(f.batch) * f.seqlen_k;
+  // Split the keys into more chunks only when (batch, head) pairs are too few to feed the
+  // threads; each chunk costs one more float32 dQ partial of q_rows x D per head.
+  const int threads = resolve_threads(f.num_threads);
+  const int64_t pairs = static_cast<int64_t>(f.batch) * f.num_heads;
+  const int max_key_tiles = std::max(1, ceil_div(f.seqlen_k, kBlockN));
+  buf.chunks = static_cast<int>(
+      std::clamp<int64_t>((2 * threads + pairs - 1) / std::max<int64_t>(pairs, 1), 1, max_key_tiles));
+  const int64_t dim = f.head_dim;
+  buf.delta.assign(f.num_heads * buf.q_rows, 0.0f);
+  buf.dq_partial.assign(buf.chunks * f.num_heads * buf.q_rows * dim, 0.0f);
+  buf.dk_expanded.assign(f.num_heads * buf.k_rows * dim, 0.0f);
+  buf.dv_expanded.assign(f.num_heads * buf.k_rows * dim, 0.0f);
+
+  compute_delta(p, buf);
+  std::vector<KeyChunk> tasks;
+  for (int b = 0; b < f.batch; ++b) {
+    for (int c = 0; c < buf.chunks; ++c) {
+      for (int h = 0; h < f.num_heads; ++h) tasks.push_back({b, h, c});
+    }
+  }
+  parallel_tasks<BackwardScratch>(
+      static_cast<int64_t>(tasks.size()), f.num_threads, [&] { return BackwardScratch(f.head_dim); },
+      [&](int64_t task, BackwardScratch& w) { backward_chunk(p, tasks[task], buf, w); });
+  write_gradients(p, buf);
+}
+
+}  // namespace tileattn

@@ -1,0 +1,150 @@
+// The CPU forward: FlashAttention-2's Algorithm 1 on float32 tiles.  One task owns one query tile
+// of one (batch, head) and sweeps the key tiles it can see, keeping only kBlockM x kBlockN scores
+// alive at a time; no seqlen^2 buffer exists.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "api/backends.h"
+#include "cpu/dropout.h"
+#include "cpu/gemm.h"
+#include "cpu/online_softmax.h"
+#include "cpu/parallel.h"
+#include "cpu/score_tile.h"
+#include "cpu/tile_io.h"
+#include "cpu/vector_math.h"
+
+namespace tileattn {
+namespace cpu {
+namespace {
+
+struct ForwardScratch {
+  std::vector<float> q, k, v, scores, out;
+  std::vector<RowSoftmax> rows;
+
+  explicit ForwardScratch(int dim)
+      : q(kBlockM * dim), k(kBlockN * dim), v(kBlockN * dim), scores(kBlockM * kBlockN),
+        out(kBlockM * dim), rows(kBlockM) {}
+};
+
+struct QueryTile {
+  int batch_index, head, row0;
+};
+
+StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_side) {
+  return StridedRows{data, b, r, h, key_side};
+}
+
+// attn_probs for one finished query tile: P = 2^(t - lse * log2 e), dropped entries negated.
+void write_probs(const ForwardParams& p, const ScoreRule& rule, const KeySpan& span,
+                 const DropoutRule& dropout, const QueryTile& tile, int rows, const StridedRows& k,
+                 const SequenceView& seq, int head_k, ForwardScratch& w) {
+  const int dim = p.head_dim;
+  for (int col0 = span.first; col0 <= span.last; col0 += kBlockN) {
+    const int cols = std::min(kBlockN, span.last + 1 - col0);
+    load_tile(p.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    gemm_nt(rows, cols, dim, w.q.data(), dim, w.k.data(), dim, 0.0f, w.scores.data(), kBlockN);
+    finish_scores(rule, w.scores.data(), kBlockN, tile.row0, rows, col0, cols, true, nullptr);
+    for (int r = 0; r < rows; ++r) {
+      float* prob = w.scores.data() + r * kBlockN;
+      exp2_shifted(prob, w.rows[r].lse() * kLog2e, cols, prob);
+      if (dropout.enabled) dropout.apply_row(prob, tile.row0 + r, col0, cols, true);
+      float* dst = p.attn_probs + tile.batch_index * p.probs_batch_stride +
+                   tile.head * p.probs_head_stride + (tile.row0 + r) * p.probs_row_stride + col0;
+      std::memcpy(dst, prob, sizeof(float) * cols);
+    }
+  }
+}
+
+void forward_tile(const ForwardParams& p, const QueryTile& tile, ForwardScratch& w) {
+  const SequenceView seq = sequence_view(p, tile.batch_index);
+  const int dim = p.head_dim;
+  const int rows = std::min(kBlockM, seq.seqlen_q - tile.row0);
+  const int head_k = tile.head / (p.num_heads / p.num_heads_k);
+  const StridedRows q = rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false);
+  const StridedRows k = rows_of(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true);
+  const StridedRows v = rows_of(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true);
+  const ScoreRule rule = make_score_rule(p, seq, tile.batch_index, tile.head);
+  const DropoutRule dropout = DropoutRule::make(p, tile.batch_index, tile.head);
+
+  load_tile(p.dtype, q, seq, tile.row0, rows, tile.head, dim, w.q.data());
+  std::fill(w.out.begin(), w.out.end(), 0.0f);
+  std::fill(w.rows.begin(), w.rows.end(), RowSoftmax{});
+
+  const KeySpan span = key_span(rule, tile.row0, rows);
+  for (int col0 = span.first; col0 <= span.last; col0 += kBlockN) {
+    const int cols = std::min(kBlockN, span.last + 1 - col0);
+    load_tile(p.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    load_tile(p.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
+
+    // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.
+    gemm_nt(rows, cols, dim, w.q.data(), dim, w.k.data(), dim, 0.0f, w.scores.data(), kBlockN);
+    finish_scores(rule, w.scores.data(), kBlockN, tile.row0, rows, col0, cols,
+                  !tile_is_clean(span, col0, cols), nullptr);
+
+    // m_new = max(m, rowmax(t));  P = 2^(t - m_new);  l = 2^(m - m_new) l + rowsum(P);
+    // O = 2^(m - m_new) O  (the division by l is deferred to the end).
+    for (int r = 0; r < rows; ++r) {
+      float* t = w.scores.data() + r * kBlockN;
+      float rescale;
+      const float base = w.rows[r].update_max(row_max(t, cols), &rescale);
+      w.rows[r].sum += exp2_shifted_sum(t, base, cols, t);
+      if (rescale != 1.0f) scale_row(w.out.data() + r * dim, rescale, dim);
+      if (dropout.enabled) dropout.apply_row(t, tile.row0 + r, col0, cols, false);
+    }
+    // O += P V
+    gemm_nn(rows, dim, cols, w.scores.data(), kBlockN, w.v.data(), dim, 1.0f, w.out.data(), dim);
+  }
+
+  // O = O / l, LSE = m + log l: the one final rescale.
+  for (int r = 0; r < rows; ++r) {
+    scale_row(w.out.data() + r * dim, w.rows[r].output_scale(), dim);
+    p.softmax_lse[lse_offset(p, seq, tile.row0 + r, tile.head)] = w.rows[r].lse();
+  }
+  store_tile(p.dtype, w.out.data(), rows, dim, p.out,
+             rows_of(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, false), seq,
+             tile.row0, tile.head);
+  if (p.attn_probs != nullptr) write_probs(p, rule, span, dropout, tile, rows, k, seq, head_k, w);
+}
+
+// Zeroes attn_probs so entries no tile writes (masked, past a sequence's end) read 0.
+void clear_probs(const ForwardParams& p) {
+  for (int b = 0; b < p.batch; ++b) {
+    for (int h = 0; h < p.num_heads; ++h) {
+      for (int r = 0; r < p.seqlen_q; ++r) {
+        float* row = p.attn_probs + b * p.probs_batch_stride + h * p.probs_head_stride +
+                     r * p.probs_row_stride;
+        std::fill(row, row + p.seqlen_k, 0.0f);
+      }
+    }
+  }
+}
+
+std::vector<QueryTile> query_tiles(const ForwardParams& p) {
+  std::vector<QueryTile> tiles;
+  for (int b = 0; b < p.batch; ++b) {
+    const int seqlen_q = sequence_view(p, b).seqlen_q;
+    // Last tiles first: under a causal mask they see the most keys, and starting the longest
+    // tasks early evens out the threads' finishing times.
+    for (int tile = ceil_div(seqlen_q, kBlockM) - 1; tile >= 0; --tile) {
+      for (int h = 0; h < p.num_heads; ++h) tiles.push_back({b, h, tile * kBlockM});
+    }
+  }
+  return tiles;
+}
+
+}  // namespace
+}  // namespace cpu
+
+void cpu_forward(const ForwardParams& p) {
+  using namespace cpu;
+  if (p.attn_probs != nullptr) clear_probs(p);
+  const std::vector<QueryTile> tiles = query_tiles(p);
+  parallel_tasks<ForwardScratch>(
+      static_cast<int64_t>(tiles.size()), p.num_threads,
+      [&] { return ForwardScratch(p.head_dim); },
+      [&](int64_t task, ForwardScratch& w) { forward_tile(p, tiles[task], w); });
+}
+
+}  // namespace tileattn

@@ -1,0 +1,38 @@
+// The online-softmax state of one query row (FA2, Algorithm 1): running max m and running sum l,
+// both in base 2, with the output accumulator left unnormalized until finalize().
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "cpu/score_tile.h"
+
+namespace tileattn::cpu {
+
+struct RowSoftmax {
+  float max = -std::numeric_limits<float>::infinity();  // m, in log2 units
+  float sum = 0.0f;                                     // l = sum of 2^(t - m)
+
+  // Folds in a tile whose largest logit is tile_max.  Returns the exponent base to subtract
+  // from the tile's logits and sets *rescale to the factor 2^(m_old - m_new) the row's sum and
+  // output accumulator must be multiplied by.  A row that has seen only -inf keeps base 0, so
+  // 2^(-inf - 0) = 0 and no -inf - (-inf) = NaN appears.
+  float update_max(float tile_max, float* rescale) {
+    const float new_max = std::max(max, tile_max);
+    const float base = new_max == -std::numeric_limits<float>::infinity() ? 0.0f : new_max;
+    *rescale = std::exp2(max - base);
+    max = new_max;
+    sum *= *rescale;
+    return base;
+  }
+
+  // 1/l for the output, 0 for a row that saw no key (its output is 0, never NaN).
+  float output_scale() const { return sum > 0.0f ? 1.0f / sum : 0.0f; }
+
+  // LSE = ln(sum_j e^{s_j}) = (m + log2 l) * ln 2, +inf for a row that saw no key.
+  float lse() const {
+    return sum > 0.0f ? (max + std::log2(sum)) * kLn2 : std::numeric_limits<float>::infinity();
+  }
+};
+
+}  // namespace tileattn::cpu

@@ -1,0 +1,76 @@
+#include "cpu/score_tile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/mask.h"
+
+namespace tileattn::cpu {
+
+ScoreRule make_score_rule(const ForwardParams& p, const SequenceView& s, int batch_index, int head) {
+  ScoreRule rule;
+  const bool softcap = p.softcap > 0.0f;
+  rule.product_scale = softcap ? p.softmax_scale / p.softcap : p.softmax_scale * kLog2e;
+  rule.softcap_log2 = softcap ? p.softcap * kLog2e : 0.0f;
+  rule.alibi_slope_log2 =
+      p.alibi_slopes ? p.alibi_slopes[batch_index * p.alibi_batch_stride + head] * kLog2e : 0.0f;
+  rule.seqlen_q = s.seqlen_q;
+  rule.seqlen_k = s.seqlen_k;
+  rule.window_left = p.window_left;
+  rule.window_right = p.window_right;
+  return rule;
+}
+
+KeySpan key_span(const ScoreRule& rule, int row0, int rows) {
+  KeySpan span{rule.seqlen_k, -1, 0, rule.seqlen_k - 1};
+  for (int r = row0; r < row0 + rows; ++r) {
+    const ColumnRange c =
+        visible_columns(r, rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
+    span.first = std::min(span.first, c.first);
+    span.last = std::max(span.last, c.last);
+    if (c.first > c.last) {
+      span.clean_last = -1;  // an empty row makes every tile need the mask
+    } else {
+      span.clean_first = std::max(span.clean_first, c.first);
+      span.clean_last = std::min(span.clean_last, c.last);
+    }
+  }
+  if (span.first > span.last) span.first = 0, span.last = -1;
+  return span;
+}
+
+void finish_scores(const ScoreRule& rule, float* s, int lds, int row0, int rows, int col0,
+                   int cols, bool mask, float* dtanh) {
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  for (int r = 0; r < rows; ++r) {
+    float* t = s + static_cast<int64_t>(r) * lds;
+    const int row = row0 + r;
+    if (rule.softcap_log2 > 0.0f) {
+      float* d = dtanh ? dtanh + static_cast<int64_t>(r) * lds : nullptr;
+      for (int c = 0; c < cols; ++c) {
+        const float th = std::tanh(t[c] * rule.product_scale);
+        if (d) d[c] = 1.0f - th * th;
+        t[c] = rule.softcap_log2 * th;
+      }
+    } else {
+#pragma omp simd
+      for (int c = 0; c < cols; ++c) t[c] *= rule.product_scale;
+    }
+    if (rule.alibi_slope_log2 != 0.0f) {
+      for (int c = 0; c < cols; ++c) {
+        t[c] -= rule.alibi_slope_log2 * alibi_distance(row, col0 + c, rule.seqlen_q, rule.seqlen_k);
+      }
+    }
+    if (mask) {
+      const ColumnRange v =
+          visible_columns(row, rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
+      for (int c = 0; c < cols; ++c) {
+        const int col = col0 + c;
+        if (col < v.first || col > v.last) t[c] = minus_inf;
+      }
+    }
+  }
+}
+
+}  // namespace tileattn::cpu

@@ -1,0 +1,40 @@
+// Moving tiles between the strided storage tensors and the contiguous float32 buffers the CPU
+// backend computes on.
+#pragma once
+
+#include "common/sequence.h"
+#include "cpu/convert.h"
+
+namespace tileattn::cpu {
+
+// A q-, k- or v-shaped tensor: its data and int64 element strides (head dim contiguous).
+struct StridedRows {
+  const void* data;
+  int64_t batch_stride, row_stride, head_stride;
+  bool key_side;  // rows count from the sequence's first key row instead of its first query row
+
+  int64_t offset(const SequenceView& s, int row, int head) const {
+    return key_side ? k_offset(s, batch_stride, row_stride, head_stride, row, head)
+                    : q_offset(s, batch_stride, row_stride, head_stride, row, head);
+  }
+};
+
+// dst (rows x dim, leading dim dim) <- rows row0 .. row0 + rows - 1 of one head.
+inline void load_tile(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s, int row0,
+                      int rows, int head, int dim, float* dst) {
+  for (int r = 0; r < rows; ++r) {
+    load_row(dtype, src.data, src.offset(s, row0 + r, head), dim, dst + static_cast<int64_t>(r) * dim);
+  }
+}
+
+// The same rows of a tensor we write.
+inline void store_tile(tileattn_dtype dtype, const float* src, int rows, int dim, void* data,
+                       const StridedRows& layout, const SequenceView& s, int row0, int head) {
+  for (int r = 0; r < rows; ++r) {
+    store_row(dtype, src + static_cast<int64_t>(r) * dim, dim, data, layout.offset(s, row0 + r, head));
+  }
+}
+
+inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace tileattn::cpu

@@ -1,0 +1,73 @@
+#include "cpu/vector_math.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TILEATTN_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TILEATTN_CPU_CLONES
+#endif
+
+namespace tileattn::cpu {
+namespace {
+
+// 2^x for x <= 128: x = n + f with n = round(x), |f| <= 1/2, then 2^f by its Taylor series in
+// f*ln2 to degree 7.  The first dropped term is (ln2/2)^8 / 8! = 5e-9, below float's 6e-8 ulp.
+// Written as straight-line float code so the compiler vectorizes the loops that call it.
+inline float exp2_approx(float x) {
+  const float clamped = x < -127.0f ? -127.0f : x;
+  // Adding 1.5 * 2^23 rounds to the nearest integer in the float unit, vectorizable.
+  const float magic = 12582912.0f;
+  const float n = (clamped + magic) - magic;
+  const float f = clamped - n;
+  float p = 1.5252733804e-5f;
+  p = p * f + 1.5403530393e-4f;
+  p = p * f + 1.3333558146e-3f;
+  p = p * f + 9.6181291076e-3f;
+  p = p * f + 5.5504108665e-2f;
+  p = p * f + 2.4022650696e-1f;
+  p = p * f + 6.9314718056e-1f;
+  p = p * f + 1.0f;
+  const int32_t biased = (static_cast<int32_t>(n) + 127) << 23;
+  float two_n;
+  std::memcpy(&two_n, &biased, sizeof(two_n));
+  return x < -126.0f ? 0.0f : p * two_n;
+}
+
+}  // namespace
+
+TILEATTN_CPU_CLONES
+float exp2_shifted_sum(const float* x, float shift, int count, float* y) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int i = 0; i < count; ++i) {
+    y[i] = exp2_approx(x[i] - shift);
+    sum += y[i];
+  }
+  return sum;
+}
+
+TILEATTN_CPU_CLONES
+void exp2_shifted(const float* x, float shift, int count, float* y) {
+#pragma omp simd
+  for (int i = 0; i < count; ++i) y[i] = exp2_approx(x[i] - shift);
+}
+
+TILEATTN_CPU_CLONES
+float row_max(const float* x, int count) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int i = 0; i < count; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+TILEATTN_CPU_CLONES
+void scale_row(float* x, float factor, int count) {
+#pragma omp simd
+  for (int i = 0; i < count; ++i) x[i] *= factor;
+}
+
+}  // namespace tileattn::cpu

@@ -1,0 +1,19 @@
+// Row kernels of the CPU backend that are not matrix products: the base-2 exponential, row max,
+// scaling.  Compiled for AVX-512, AVX2 and baseline x86-64, chosen at load time (target_clones),
+// so one binary is fast on new CPUs and still runs on old ones.
+#pragma once
+
+namespace tileattn::cpu {
+
+// y[i] = 2^(x[i] - shift), and the sum of the y[i].  Inputs below -126 (and -inf) give exactly 0,
+// so a masked score can never leak a denormal weight into a row.
+float exp2_shifted_sum(const float* x, float shift, int count, float* y);
+
+// The same, without the sum (the backward recomputes P from the saved LSE).
+void exp2_shifted(const float* x, float shift, int count, float* y);
+
+float row_max(const float* x, int count);
+
+void scale_row(float* x, float factor, int count);
+
+}  // namespace tileattn::cpu

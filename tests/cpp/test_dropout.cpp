@@ -1,0 +1,96 @@
+// Philox against the published known-answer vectors, the dropout mask's statistics, and the
+// attn_probs output that exposes the mask.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/philox.h"
+#include "harness.h"
+
+namespace tileattn::test {
+namespace {
+
+// Known-answer vectors of Philox-4x32-10 from the Random123 distribution (kat_vectors).
+TEST(Philox, KnownAnswers) {
+  const Philox4x32 zero = philox4x32_10(Philox4x32{{0, 0, 0, 0}}, 0, 0);
+  EXPECT_EQ(zero.x[0], 0x6627e8d5u);
+  EXPECT_EQ(zero.x[1], 0xe169c58du);
+  EXPECT_EQ(zero.x[2], 0xbc57ac4cu);
+  EXPECT_EQ(zero.x[3], 0x9b00dbd8u);
+  const uint32_t ones = 0xffffffffu;
+  const Philox4x32 all = philox4x32_10(Philox4x32{{ones, ones, ones, ones}}, ones, ones);
+  EXPECT_EQ(all.x[0], 0x408f276du);
+  EXPECT_EQ(all.x[1], 0x41c83b0eu);
+  EXPECT_EQ(all.x[2], 0xa20bc7c6u);
+  EXPECT_EQ(all.x[3], 0x6d5451fdu);
+  const Philox4x32 pi = philox4x32_10(Philox4x32{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+                                      0xa4093822u, 0x299f31d0u);
+  EXPECT_EQ(pi.x[0], 0xd16cfe09u);
+  EXPECT_EQ(pi.x[1], 0x94fdccebu);
+  EXPECT_EQ(pi.x[2], 0x5001e420u);
+  EXPECT_EQ(pi.x[3], 0x24126ea1u);
+}
+
+// The keep rate over many elements is 1 - p within 5 standard deviations, for several p.
+TEST(Dropout, KeepRateIsUnbiased) {
+  for (float p : {0.1f, 0.5f, 0.9f}) {
+    const uint32_t threshold = dropout_threshold(p);
+    const int rows = 200, cols = 1000;
+    long kept = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) kept += dropout_keep(42, 8, 1, 3, 8, r, c, threshold);
+    const double n = static_cast<double>(rows) * cols;
+    const double sigma = std::sqrt(n * p * (1 - p));
+    EXPECT_NEAR(kept, n * (1 - p), 5 * sigma) << "p = " << p;
+  }
+}
+
+TEST(Dropout, SeedAndOffsetChangeTheMask) {
+  const uint32_t threshold = dropout_threshold(0.5f);
+  int same_seed = 0, other_seed = 0, other_offset = 0;
+  for (int c = 0; c < 4096; ++c) {
+    const bool a = dropout_keep(1, 0, 0, 0, 4, 3, c, threshold);
+    same_seed += a == dropout_keep(1, 0, 0, 0, 4, 3, c, threshold);
+    other_seed += a == dropout_keep(2, 0, 0, 0, 4, 3, c, threshold);
+    other_offset += a == dropout_keep(1, 4, 0, 0, 4, 3, c, threshold);
+  }
+  EXPECT_EQ(same_seed, 4096);
+  EXPECT_NEAR(other_seed, 2048, 200);
+  EXPECT_NEAR(other_offset, 2048, 200);
+}
+
+// attn_probs: rows sum to 1 in |P|, negative exactly where the mask drops, and
+// out = sum_j max(P_ij, 0) / (1 - p) v_j.
+TEST(Dropout, AttentionProbabilitiesExposeTheMask) {
+  Case c;
+  c.batch = 2, c.heads = 2, c.heads_k = 1, c.seqlen_q = 37, c.seqlen_k = 150, c.dim = 16;
+  c.dropout_p = 0.25f, c.causal = true, c.probs = true, c.backward = false;
+  const Outcome o = run_case(c, 3);
+  const Problem& p = o.problem;
+  const uint32_t threshold = dropout_threshold(c.dropout_p);
+  for (int b = 0; b < c.batch; ++b)
+    for (int h = 0; h < c.heads; ++h)
+      for (int i = 0; i < c.seqlen_q; ++i) {
+        const float* row = &o.probs[((static_cast<size_t>(b) * c.heads + h) * c.seqlen_q + i) * c.seqlen_k];
+        double total = 0;
+        std::vector<double> expect(c.dim, 0.0);
+        for (int j = 0; j < c.seqlen_k; ++j) {
+          ASSERT_FALSE(std::isnan(row[j]));
+          total += std::fabs(row[j]);
+          if (row[j] != 0.0f) {
+            EXPECT_EQ(row[j] > 0, dropout_keep(p.seed, p.offset, b, h, c.heads, i, j, threshold));
+          }
+          if (row[j] > 0) {
+            for (int d = 0; d < c.dim; ++d)
+              expect[d] += row[j] / (1 - c.dropout_p) * p.v[((b * c.seqlen_k + j) * 1 + 0) * c.dim + d];
+          }
+        }
+        EXPECT_NEAR(total, 1.0, 1e-5);
+        for (int d = 0; d < c.dim; ++d) {
+          EXPECT_NEAR(o.ours.out[((b * c.seqlen_q + i) * c.heads + h) * c.dim + d], expect[d], 1e-4);
+        }
+      }
+}
+
+}  // namespace
+}  // namespace tileattn::test

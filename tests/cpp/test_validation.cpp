@@ -1,0 +1,230 @@
+// Every validation rule: a valid call, broken in one way, must throw tileattn::Error naming the
+// argument (and, through the C ABI, return the matching code and message).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn::test {
+namespace {
+
+// A small valid batch-form problem: B=2, Sq=5, Sk=7, H=4, Hk=2, D=8, float32, contiguous.
+struct Valid {
+  std::vector<float> q = std::vector<float>(2 * 5 * 4 * 8, 0.5f), k = std::vector<float>(2 * 7 * 2 * 8, 0.5f),
+                     v = k, out = q, lse = std::vector<float>(2 * 4 * 5), dout = q, dq = q, dk = k, dv = k;
+  std::vector<float> slopes = std::vector<float>(4, 0.1f);
+  std::vector<int32_t> cu_q = {0, 2, 5}, cu_k = {0, 7, 14}, used = {3, 7};
+  ForwardParams f;
+  BackwardParams b;
+
+  Valid() {
+    f = default_forward_params();
+    f.q = q.data(), f.k = k.data(), f.v = v.data(), f.out = out.data(), f.softmax_lse = lse.data();
+    f.batch = 2, f.seqlen_q = 5, f.seqlen_k = 7, f.num_heads = 4, f.num_heads_k = 2, f.head_dim = 8;
+    f.q_batch_stride = 5 * 4 * 8, f.q_row_stride = 4 * 8, f.q_head_stride = 8;
+    f.k_batch_stride = 7 * 2 * 8, f.k_row_stride = 2 * 8, f.k_head_stride = 8;
+    f.v_batch_stride = f.k_batch_stride, f.v_row_stride = f.k_row_stride, f.v_head_stride = 8;
+    f.out_batch_stride = f.q_batch_stride, f.out_row_stride = f.q_row_stride, f.out_head_stride = 8;
+    f.lse_batch_stride = 4 * 5, f.lse_head_stride = 5;
+    f.dtype = TILEATTN_FLOAT32;
+    b = default_backward_params();
+    b.fwd = f;
+    b.dout = dout.data(), b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data();
+    b.dout_batch_stride = b.dq_batch_stride = f.q_batch_stride;
+    b.dout_row_stride = b.dq_row_stride = f.q_row_stride;
+    b.dout_head_stride = b.dq_head_stride = 8;
+    b.dk_batch_stride = b.dv_batch_stride = f.k_batch_stride;
+    b.dk_row_stride = b.dv_row_stride = f.k_row_stride;
+    b.dk_head_stride = b.dv_head_stride = 8;
+  }
+
+  // The varlen form of the same buffers: 5 query rows, 14 key rows.
+  void make_varlen() {
+    f.cu_seqlens_q = cu_q.data(), f.cu_seqlens_k = cu_k.data();
+    f.total_q = 5, f.total_k = 14, f.seqlen_q = 3, f.seqlen_k = 7;
+    f.lse_batch_stride = 0, f.lse_head_stride = 5;
+  }
+};
+
+void expect_forward_error(const std::function<void(Valid&)>& breaks, const std::string& argument,
+                          ErrorCode code = ErrorCode::kInvalidArgument) {
+  Valid v;
+  breaks(v);
+  try {
+    forward(v.f);
+    ADD_FAILURE() << "no error; expected one naming " << argument;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
+  }
+}
+
+TEST(Validation, ValidCallsPass) {
+  Valid v;
+  EXPECT_NO_THROW(forward(v.f));
+  v.b.fwd = v.f;
+  EXPECT_NO_THROW(backward(v.b));
+  Valid w;
+  w.make_varlen();
+  EXPECT_NO_THROW(forward(w.f));
+}
+
+TEST(Validation, HeadCounts) {
+  expect_forward_error([](Valid& v) { v.f.num_heads_k = 3; }, "k");
+  expect_forward_error([](Valid& v) { v.f.num_heads = 0; }, "q");
+  expect_forward_error([](Valid& v) { v.f.num_heads_k = 0; }, "k");
+  Valid v;
+  v.f.num_heads_k = 3;
+  try {
+    forward(v.f);
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "k has 3 heads, which does not divide the 4 heads of q");
+  }
+}
+
+TEST(Validation, Shapes) {
+  expect_forward_error([](Valid& v) { v.f.head_dim = 0; }, "q");
+  expect_forward_error([](Valid& v) { v.f.head_dim = 257; }, "q");
+  expect_forward_error([](Valid& v) { v.f.batch = -1; }, "batch");
+  expect_forward_error([](Valid& v) { v.f.seqlen_q = -2; }, "seqlen_q");
+  expect_forward_error([](Valid& v) { v.f.seqlen_k = -2; }, "seqlen_k");
+}
+
+TEST(Validation, Pointers) {
+  expect_forward_error([](Valid& v) { v.f.q = nullptr; }, "q");
+  expect_forward_error([](Valid& v) { v.f.k = nullptr; }, "k");
+  expect_forward_error([](Valid& v) { v.f.v = nullptr; }, "v");
+  expect_forward_error([](Valid& v) { v.f.out = nullptr; }, "out");
+  expect_forward_error([](Valid& v) { v.f.softmax_lse = nullptr; }, "softmax_lse");
+}
+
+TEST(Validation, Dtypes) {
+  expect_forward_error([](Valid& v) { v.f.dtype = static_cast<tileattn_dtype>(7); }, "q", ErrorCode::kDtype);
+  expect_forward_error(
+      [](Valid& v) { v.f.device = TILEATTN_DEVICE_CUDA; }, "q", ErrorCode::kDtype);
+  expect_forward_error([](Valid& v) { v.f.device = static_cast<tileattn_device>(5); }, "device");
+}
+
+TEST(Validation, Strides) {
+  expect_forward_error([](Valid& v) { v.f.q_row_stride = -1; }, "q");
+  expect_forward_error([](Valid& v) { v.f.k_head_stride = -8; }, "k");
+  expect_forward_error([](Valid& v) { v.f.v_batch_stride = -1; }, "v");
+  // Written tensors must not overlap themselves.
+  expect_forward_error([](Valid& v) { v.f.out_head_stride = 4; }, "out");
+  expect_forward_error([](Valid& v) { v.f.out_row_stride = 8; }, "out");
+  expect_forward_error([](Valid& v) { v.f.lse_head_stride = 2; }, "softmax_lse");
+}
+
+TEST(Validation, Options) {
+  expect_forward_error([](Valid& v) { v.f.window_left = -2; }, "window_left");
+  expect_forward_error([](Valid& v) { v.f.window_right = -5; }, "window_right");
+  expect_forward_error([](Valid& v) { v.f.dropout_p = 1.0f; }, "dropout_p");
+  expect_forward_error([](Valid& v) { v.f.dropout_p = -0.1f; }, "dropout_p");
+  expect_forward_error([](Valid& v) { v.f.dropout_p = std::nanf(""); }, "dropout_p");
+  expect_forward_error([](Valid& v) { v.f.softcap = -1.0f; }, "softcap");
+  expect_forward_error([](Valid& v) { v.f.softcap = std::numeric_limits<float>::infinity(); }, "softcap");
+  expect_forward_error([](Valid& v) { v.f.softmax_scale = std::nanf(""); }, "softmax_scale");
+  expect_forward_error([](Valid& v) { v.f.num_threads = -1; }, "num_threads");
+  expect_forward_error(
+      [](Valid& v) {
+        v.f.alibi_slopes = v.slopes.data();
+        v.f.alibi_batch_stride = 2;
+      },
+      "alibi_slopes");
+}
+
+TEST(Validation, Varlen) {
+  expect_forward_error(
+      [](Valid& v) {
+        v.make_varlen();
+        v.f.cu_seqlens_k = nullptr;
+      },
+      "cu_seqlens_k");
+  expect_forward_error(
+      [](Valid& v) {
+        v.make_varlen();
+        v.cu_q = {0, 3, 2};
+      },
+      "cu_seqlens_q");
+  expect_forward_error(
+      [](Valid& v) {
+        v.make_varlen();
+        v.f.total_k = 12;
+      },
+      "cu_seqlens_k");
+  expect_forward_error(
+      [](Valid& v) {
+        v.make_varlen();
+        v.cu_q = {-1, 2, 5};
+      },
+      "cu_seqlens_q");
+  expect_forward_error(
+      [](Valid& v) {
+        v.make_varlen();
+        v.f.seqlen_q = 2;
+      },
+      "max_seqlen_q");
+  expect_forward_error(
+      [](Valid& v) {
+        v.f.seqused_k = v.used.data();
+        v.used = {3, 8};
+      },
+      "seqused_k");
+  expect_forward_error(
+      [](Valid& v) {
+        v.make_varlen();
+        v.f.total_q = -1;
+      },
+      "q");
+}
+
+TEST(Validation, Backward) {
+  auto expect_backward_error = [](const std::function<void(Valid&)>& breaks, const std::string& argument) {
+    Valid v;
+    breaks(v);
+    try {
+      backward(v.b);
+      ADD_FAILURE() << "no error; expected one naming " << argument;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  expect_backward_error([](Valid& v) { v.b.dout = nullptr; }, "dout");
+  expect_backward_error([](Valid& v) { v.b.dq = nullptr; }, "dq");
+  expect_backward_error([](Valid& v) { v.b.dk_head_stride = 1; }, "dk");
+  expect_backward_error([](Valid& v) { v.b.dv = nullptr; }, "dv");
+  expect_backward_error([](Valid& v) { v.b.fwd.num_heads_k = 3; }, "k");
+  expect_backward_error([](Valid& v) { v.b.fwd.out = nullptr; }, "out");
+}
+
+TEST(Validation, CAbiReportsCodeAndArgument) {
+  Valid v;
+  v.f.num_heads_k = 3;
+  EXPECT_EQ(tileattn_forward(&v.f), TILEATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(tileattn_last_error_argument(), "k");
+  EXPECT_NE(std::string(tileattn_last_error()).find("does not divide"), std::string::npos);
+  EXPECT_EQ(tileattn_forward(nullptr), TILEATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(tileattn_last_error_argument(), "params");
+  Valid ok;
+  EXPECT_EQ(tileattn_forward(&ok.f), TILEATTN_OK);
+  EXPECT_STREQ(tileattn_last_error(), "");
+  EXPECT_EQ(tileattn_fwd_params_size(), static_cast<int64_t>(sizeof(tileattn_fwd_params)));
+}
+
+TEST(Validation, CudaNotBuiltIsReported) {
+  if (tileattn_has_cuda()) GTEST_SKIP() << "this build has the CUDA backend";
+  Valid v;
+  std::vector<uint16_t> half(v.q.size() * 2);
+  v.f.dtype = TILEATTN_BFLOAT16;
+  v.f.device = TILEATTN_DEVICE_CUDA;
+  EXPECT_EQ(tileattn_forward(&v.f), TILEATTN_ERROR_NOT_BUILT);
+  EXPECT_STREQ(tileattn_last_error_argument(), "device");
+}
+
+}  // namespace
+}  // namespace tileattn::test
