@@ -32,7 +32,8 @@ struct BackwardBuffers {
 };
 
 struct BackwardScratch {
-  std::vector<float> q, dout, k, v, dk, dv, probs, dprobs, dtanh, lse_log2, delta;
+  std::vector<float> q, dout, k, v;  // converted tiles (not float32)
+  std::vector<float> dk, dv, probs, dprobs, dtanh, lse_log2, delta;
   explicit BackwardScratch(int dim)
       : q(kBlockM * dim), dout(kBlockM * dim), k(kBlockN * dim), v(kBlockN * dim),
         dk(kBlockN * dim), dv(kBlockN * dim), probs(kBlockM * kBlockN),
@@ -101,8 +102,8 @@ void backward_chunk(const BackwardParams& p, const KeyChunk& task, BackwardBuffe
   for (int key_tile = task.chunk * tiles_per_chunk; key_tile < tile_end; ++key_tile) {
     const int col0 = key_tile * kBlockN;
     const int cols = std::min(kBlockN, seq.seqlen_k - col0);
-    load_tile(f.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
-    load_tile(f.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
+    const Matrix k_tile = tile_operand(f.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    const Matrix v_tile = tile_operand(f.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
     std::fill(w.dk.begin(), w.dk.end(), 0.0f);
     std::fill(w.dv.begin(), w.dv.end(), 0.0f);
 
@@ -111,15 +112,16 @@ void backward_chunk(const BackwardParams& p, const KeyChunk& task, BackwardBuffe
       const KeySpan span = key_span(rule, row0, rows);
       if (span.first > span.last || span.last < col0 || span.first >= col0 + cols) continue;
 
-      load_tile(f.dtype, q, seq, row0, rows, task.head, dim, w.q.data());
-      load_tile(f.dtype, dout, seq, row0, rows, task.head, dim, w.dout.data());
+      const Matrix q_tile = tile_operand(f.dtype, q, seq, row0, rows, task.head, dim, w.q.data());
+      const Matrix dout_tile =
+          tile_operand(f.dtype, dout, seq, row0, rows, task.head, dim, w.dout.data());
       for (int r = 0; r < rows; ++r) {
         w.lse_log2[r] = f.softmax_lse[lse_offset(f, seq, row0 + r, task.head)] * kLog2e;
         w.delta[r] = buf.delta[task.head * buf.q_rows + q_row_index(f, seq, row0 + r)];
       }
 
       // P = 2^(t - LSE log2 e), recomputed from Q, K and the saved LSE.
-      gemm_nt(rows, cols, dim, w.q.data(), dim, w.k.data(), dim, 0.0f, w.probs.data(), kBlockN);
+      gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBlockN);
       finish_scores(rule, w.probs.data(), kBlockN, row0, rows, col0, cols,
                     !tile_is_clean(span, col0, cols), softcap ? w.dtanh.data() : nullptr);
       for (int r = 0; r < rows; ++r) {
@@ -127,7 +129,7 @@ void backward_chunk(const BackwardParams& p, const KeyChunk& task, BackwardBuffe
         exp2_shifted(prob, w.lse_log2[r], cols, prob);
       }
       // dP = dO V^T
-      gemm_nt(rows, cols, dim, w.dout.data(), dim, w.v.data(), dim, 0.0f, w.dprobs.data(), kBlockN);
+      gemm_nt(rows, cols, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBlockN);
 
       if (dropout.enabled) {
         // The forward used Z o P / (1 - p): dV sees the dropped P, dS the dropped dP.
@@ -151,10 +153,11 @@ void backward_chunk(const BackwardParams& p, const KeyChunk& task, BackwardBuffe
         }
       }
       // dV += (Z o P)^T dO;  dK += dS^T Q;  dQ += dS K.
-      gemm_tn(cols, dim, rows, w.probs.data(), kBlockN, w.dout.data(), dim, 1.0f, w.dv.data(), dim);
-      gemm_tn(cols, dim, rows, w.dprobs.data(), kBlockN, w.q.data(), dim, 1.0f, w.dk.data(), dim);
-      gemm_nn(rows, dim, cols, w.dprobs.data(), kBlockN, w.k.data(), dim, 1.0f,
-              dq_partial + q_row_index(f, seq, row0) * dim, dim);
+      const Matrix p_tile{w.probs.data(), kBlockN};
+      const Matrix ds_tile{w.dprobs.data(), kBlockN};
+      gemm_tn(cols, dim, rows, p_tile, dout_tile, 1.0f, w.dv.data(), dim);
+      gemm_tn(cols, dim, rows, ds_tile, q_tile, 1.0f, w.dk.data(), dim);
+      gemm_nn(rows, dim, cols, ds_tile, k_tile, 1.0f, dq_partial + q_row_index(f, seq, row0) * dim, dim);
     }
     const int64_t k_row = k_row_index(f, seq, col0);
     std::copy(w.dk.begin(), w.dk.begin() + cols * dim,

@@ -20,7 +20,7 @@ namespace cpu {
 namespace {
 
 struct ForwardScratch {
-  std::vector<float> q, k, v, scores, out;
+  std::vector<float> q, k, v, scores, out;  // q, k, v hold converted tiles (not float32)
   std::vector<RowSoftmax> rows;
 
   explicit ForwardScratch(int dim)
@@ -38,13 +38,13 @@ StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_
 
 // attn_probs for one finished query tile: P = 2^(t - lse * log2 e), dropped entries negated.
 void write_probs(const ForwardParams& p, const ScoreRule& rule, const KeySpan& span,
-                 const DropoutRule& dropout, const QueryTile& tile, int rows, const StridedRows& k,
-                 const SequenceView& seq, int head_k, ForwardScratch& w) {
+                 const DropoutRule& dropout, const QueryTile& tile, int rows, const Matrix& q_tile,
+                 const StridedRows& k, const SequenceView& seq, int head_k, ForwardScratch& w) {
   const int dim = p.head_dim;
   for (int col0 = span.first; col0 <= span.last; col0 += kBlockN) {
     const int cols = std::min(kBlockN, span.last + 1 - col0);
-    load_tile(p.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
-    gemm_nt(rows, cols, dim, w.q.data(), dim, w.k.data(), dim, 0.0f, w.scores.data(), kBlockN);
+    const Matrix k_tile = tile_operand(p.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kBlockN);
     finish_scores(rule, w.scores.data(), kBlockN, tile.row0, rows, col0, cols, true, nullptr);
     for (int r = 0; r < rows; ++r) {
       float* prob = w.scores.data() + r * kBlockN;
@@ -68,18 +68,18 @@ void forward_tile(const ForwardParams& p, const QueryTile& tile, ForwardScratch&
   const ScoreRule rule = make_score_rule(p, seq, tile.batch_index, tile.head);
   const DropoutRule dropout = DropoutRule::make(p, tile.batch_index, tile.head);
 
-  load_tile(p.dtype, q, seq, tile.row0, rows, tile.head, dim, w.q.data());
+  const Matrix q_tile = tile_operand(p.dtype, q, seq, tile.row0, rows, tile.head, dim, w.q.data());
   std::fill(w.out.begin(), w.out.end(), 0.0f);
   std::fill(w.rows.begin(), w.rows.end(), RowSoftmax{});
 
   const KeySpan span = key_span(rule, tile.row0, rows);
   for (int col0 = span.first; col0 <= span.last; col0 += kBlockN) {
     const int cols = std::min(kBlockN, span.last + 1 - col0);
-    load_tile(p.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
-    load_tile(p.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
+    const Matrix k_tile = tile_operand(p.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    const Matrix v_tile = tile_operand(p.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
 
     // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.
-    gemm_nt(rows, cols, dim, w.q.data(), dim, w.k.data(), dim, 0.0f, w.scores.data(), kBlockN);
+    gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kBlockN);
     finish_scores(rule, w.scores.data(), kBlockN, tile.row0, rows, col0, cols,
                   !tile_is_clean(span, col0, cols), nullptr);
 
@@ -94,7 +94,7 @@ void forward_tile(const ForwardParams& p, const QueryTile& tile, ForwardScratch&
       if (dropout.enabled) dropout.apply_row(t, tile.row0 + r, col0, cols, false);
     }
     // O += P V
-    gemm_nn(rows, dim, cols, w.scores.data(), kBlockN, w.v.data(), dim, 1.0f, w.out.data(), dim);
+    gemm_nn(rows, dim, cols, Matrix{w.scores.data(), kBlockN}, v_tile, 1.0f, w.out.data(), dim);
   }
 
   // O = O / l, LSE = m + log l: the one final rescale.
@@ -105,7 +105,7 @@ void forward_tile(const ForwardParams& p, const QueryTile& tile, ForwardScratch&
   store_tile(p.dtype, w.out.data(), rows, dim, p.out,
              rows_of(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, false), seq,
              tile.row0, tile.head);
-  if (p.attn_probs != nullptr) write_probs(p, rule, span, dropout, tile, rows, k, seq, head_k, w);
+  if (p.attn_probs != nullptr) write_probs(p, rule, span, dropout, tile, rows, q_tile, k, seq, head_k, w);
 }
 
 // Zeroes attn_probs so entries no tile writes (masked, past a sequence's end) read 0.

@@ -1,9 +1,11 @@
-// Moving tiles between the strided storage tensors and the contiguous float32 buffers the CPU
-// backend computes on.
+// Moving tiles between the strided storage tensors and the operands the CPU backend computes on.
 #pragma once
+
+#include <limits>
 
 #include "common/sequence.h"
 #include "cpu/convert.h"
+#include "cpu/gemm.h"
 
 namespace tileattn::cpu {
 
@@ -19,7 +21,7 @@ struct StridedRows {
   }
 };
 
-// dst (rows x dim, leading dim dim) <- rows row0 .. row0 + rows - 1 of one head.
+// dst (rows x dim, leading dim dim) <- rows row0 .. row0 + rows - 1 of one head, as float32.
 inline void load_tile(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s, int row0,
                       int rows, int head, int dim, float* dst) {
   for (int r = 0; r < rows; ++r) {
@@ -27,7 +29,20 @@ inline void load_tile(tileattn_dtype dtype, const StridedRows& src, const Sequen
   }
 }
 
-// The same rows of a tensor we write.
+// The same rows as a product operand.  float32 storage is used in place (its row stride becomes
+// the operand's leading dim); other dtypes are converted into `scratch`.
+inline Matrix tile_operand(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s,
+                           int row0, int rows, int head, int dim, float* scratch) {
+  const bool in_place = dtype == TILEATTN_FLOAT32 && rows > 0 && src.row_stride >= dim &&
+                        src.row_stride <= std::numeric_limits<int32_t>::max();
+  if (!in_place) {
+    load_tile(dtype, src, s, row0, rows, head, dim, scratch);
+    return Matrix{scratch, dim};
+  }
+  return Matrix{static_cast<const float*>(src.data) + src.offset(s, row0, head), src.row_stride};
+}
+
+// Rows of a tensor we write.
 inline void store_tile(tileattn_dtype dtype, const float* src, int rows, int dim, void* data,
                        const StridedRows& layout, const SequenceView& s, int row0, int head) {
   for (int r = 0; r < rows; ++r) {

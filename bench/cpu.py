@@ -1,0 +1,132 @@
+"""CPU benchmark: tileattn's CPU backend next to PyTorch's CPU scaled_dot_product_attention (its
+fused flash kernel), measured in the same run.
+
+GFLOP/s by FlashAttention's count: forward 4 B H S^2 D (halved when causal), backward 2.5x that.
+The backward time is (forward + backward) - forward, for both libraries.  Writes a CSV under
+bench/results/ with the machine, date and commit, and prints a table.
+
+    python3 bench/cpu.py                       # the full sweep (B=1, H=8, D 64/128, S 1k-4k)
+    python3 bench/cpu.py --seqlens 1024 --quick
+"""
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import torch
+import torch.nn.functional as F
+
+import tileattn
+
+
+def median_seconds(fn, repeats):
+    fn()  # warm-up: thread pools, first-touch of buffers
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(impl, q, k, v, dout, causal, repeats):
+    """(forward seconds, backward seconds) for impl in {'tileattn', 'torch'}."""
+    if impl == "tileattn":
+        def forward():
+            return tileattn.flash_attn_func(q, k, v, causal=causal)
+    else:
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA takes (B, H, S, D)
+
+        def forward():
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+
+    def forward_only():
+        with torch.no_grad():
+            forward()
+
+    def forward_backward():
+        q.grad = k.grad = v.grad = None
+        forward().backward(dout)
+
+    t_fwd = median_seconds(forward_only, repeats)
+    t_both = median_seconds(forward_backward, repeats)
+    return t_fwd, max(t_both - t_fwd, 1e-9)
+
+
+def git_commit():
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 2048, 4096])
+    parser.add_argument("--headdims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=None, help="CSV path (default bench/results/cpu-<date>.csv)")
+    args = parser.parse_args()
+
+    threads = os.cpu_count()
+    torch.set_num_threads(threads)
+    date = datetime.date.today().isoformat()
+    commit = git_commit()
+    machine = f"{cpu_name()} x{threads}"
+    out_path = args.out or os.path.join(os.path.dirname(__file__), "results", f"cpu-{date}.csv")
+    rows = []
+    print(f"# {machine}, torch {torch.__version__}, commit {commit}, {date}")
+    print(f"{'dtype':>9} {'D':>4} {'S':>5} {'causal':>6} | {'fwd GFLOP/s':>21} | {'bwd GFLOP/s':>21}")
+    print(f"{'':>9} {'':>4} {'':>5} {'':>6} | {'tileattn':>10} {'torch':>10} | {'tileattn':>10} {'torch':>10}")
+    for dtype_name in args.dtypes:
+        dtype = getattr(torch, dtype_name)
+        for d in args.headdims:
+            for s in args.seqlens:
+                for causal in (False, True):
+                    torch.manual_seed(0)
+                    shape = (args.batch, s, args.heads, d)
+                    q, k, v = (torch.randn(shape, dtype=dtype, requires_grad=True) for _ in range(3))
+                    dout = torch.randn(shape, dtype=dtype)
+                    flops = 4 * args.batch * args.heads * s * s * d / (2 if causal else 1)
+                    result = {}
+                    for impl in ("tileattn", "torch"):
+                        t_fwd, t_bwd = measure(impl, q, k, v, dout, causal, args.repeats)
+                        result[impl] = (flops / t_fwd / 1e9, 2.5 * flops / t_bwd / 1e9)
+                        rows.append(dict(machine=machine, date=date, commit=commit,
+                                         torch=torch.__version__, threads=threads, impl=impl,
+                                         dtype=dtype_name, batch=args.batch, heads=args.heads,
+                                         headdim=d, seqlen=s, causal=causal,
+                                         fwd_ms=t_fwd * 1e3, bwd_ms=t_bwd * 1e3,
+                                         fwd_gflops=result[impl][0], bwd_gflops=result[impl][1]))
+                    print(f"{dtype_name:>9} {d:>4} {s:>5} {str(causal):>6} | "
+                          f"{result['tileattn'][0]:>10.1f} {result['torch'][0]:>10.1f} | "
+                          f"{result['tileattn'][1]:>10.1f} {result['torch'][1]:>10.1f}", flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with open(out_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"# wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()
