@@ -52,4 +52,13 @@ TILEATTN_HOST_DEVICE int64_t lse_offset(const tileattn_fwd_params& p, const Sequ
   return s.q_batch * p.lse_batch_stride + head * p.lse_head_stride + s.q_base_row + row;
 }
 
+// Row index of (sequence, row) in a packed (rows, ...) work buffer that holds every query row of
+// the call: cu_seqlens_q[b] + row in varlen form, b * seqlen_q + row in batch form.
+TILEATTN_HOST_DEVICE int64_t packed_q_row(const tileattn_fwd_params& p, const SequenceView& s, int row) {
+  return s.q_batch * p.seqlen_q + s.q_base_row + row;
+}
+TILEATTN_HOST_DEVICE int64_t packed_k_row(const tileattn_fwd_params& p, const SequenceView& s, int row) {
+  return s.q_batch * p.seqlen_k + s.k_base_row + row;
+}
+
 }  // namespace tileattn

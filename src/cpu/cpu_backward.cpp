@@ -12,6 +12,7 @@
 
 #include "api/backends.h"
 #include "cpu/dropout.h"
+#include "cpu/float32_copy.h"
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
 #include "cpu/score_tile.h"
@@ -40,13 +41,6 @@ struct BackwardScratch {
         dprobs(kBlockM * kBlockN), dtanh(kBlockM * kBlockN), lse_log2(kBlockM), delta(kBlockM) {}
 };
 
-int64_t q_row_index(const ForwardParams& p, const SequenceView& s, int row) {
-  return s.q_batch * p.seqlen_q + s.q_base_row + row;
-}
-int64_t k_row_index(const ForwardParams& p, const SequenceView& s, int row) {
-  return s.q_batch * p.seqlen_k + s.k_base_row + row;
-}
-
 StridedRows q_like(const void* data, int64_t b, int64_t r, int64_t h) { return {data, b, r, h, false}; }
 StridedRows k_like(const void* data, int64_t b, int64_t r, int64_t h) { return {data, b, r, h, true}; }
 
@@ -70,7 +64,7 @@ void compute_delta(const BackwardParams& p, BackwardBuffers& buf) {
           load_row(f.dtype, out.data, out.offset(seq, r, h), dim, w.b.data());
           float sum = 0.0f;
           for (int d = 0; d < dim; ++d) sum += w.a[d] * w.b[d];
-          buf.delta[h * buf.q_rows + q_row_index(f, seq, r)] = sum;
+          buf.delta[h * buf.q_rows + packed_q_row(f, seq, r)] = sum;
         }
       });
 }
@@ -79,18 +73,23 @@ struct KeyChunk {
   int batch_index, head, chunk;
 };
 
-void backward_chunk(const BackwardParams& p, const KeyChunk& task, BackwardBuffers& buf,
-                    BackwardScratch& w) {
+// q, k, v and dout as float32 rows (copies only for bfloat16/float16 inputs).
+struct Inputs {
+  Float32Rows q, k, v, dout;
+};
+
+void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& task,
+                    BackwardBuffers& buf, BackwardScratch& w) {
   const ForwardParams& f = p.fwd;
   const SequenceView seq = sequence_view(f, task.batch_index);
   const int dim = f.head_dim;
   const int head_k = task.head / (f.num_heads / f.num_heads_k);
   const ScoreRule rule = make_score_rule(f, seq, task.batch_index, task.head);
   const DropoutRule dropout = DropoutRule::make(f, task.batch_index, task.head);
-  const StridedRows q = q_like(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
-  const StridedRows dout = q_like(p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
-  const StridedRows k = k_like(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride);
-  const StridedRows v = k_like(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride);
+  const StridedRows& q = in.q.rows;
+  const StridedRows& dout = in.dout.rows;
+  const StridedRows& k = in.k.rows;
+  const StridedRows& v = in.v.rows;
   const bool softcap = rule.softcap_log2 > 0.0f;
 
   const int key_tiles = ceil_div(seq.seqlen_k, kBlockN);
@@ -102,8 +101,8 @@ void backward_chunk(const BackwardParams& p, const KeyChunk& task, BackwardBuffe
   for (int key_tile = task.chunk * tiles_per_chunk; key_tile < tile_end; ++key_tile) {
     const int col0 = key_tile * kBlockN;
     const int cols = std::min(kBlockN, seq.seqlen_k - col0);
-    const Matrix k_tile = tile_operand(f.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
-    const Matrix v_tile = tile_operand(f.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
+    const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
+    const Matrix v_tile = tile_operand(TILEATTN_FLOAT32, v, seq, col0, cols, head_k, dim, w.v.data());
     std::fill(w.dk.begin(), w.dk.end(), 0.0f);
     std::fill(w.dv.begin(), w.dv.end(), 0.0f);
 
@@ -112,12 +111,12 @@ void backward_chunk(const BackwardParams& p, const KeyChunk& task, BackwardBuffe
       const KeySpan span = key_span(rule, row0, rows);
       if (span.first > span.last || span.last < col0 || span.first >= col0 + cols) continue;
 
-      const Matrix q_tile = tile_operand(f.dtype, q, seq, row0, rows, task.head, dim, w.q.data());
+      const Matrix q_tile = tile_operand(TILEATTN_FLOAT32, q, seq, row0, rows, task.head, dim, w.q.data());
       const Matrix dout_tile =
-          tile_operand(f.dtype, dout, seq, row0, rows, task.head, dim, w.dout.data());
+          tile_operand(TILEATTN_FLOAT32, dout, seq, row0, rows, task.head, dim, w.dout.data());
       for (int r = 0; r < rows; ++r) {
         w.lse_log2[r] = f.softmax_lse[lse_offset(f, seq, row0 + r, task.head)] * kLog2e;
-        w.delta[r] = buf.delta[task.head * buf.q_rows + q_row_index(f, seq, row0 + r)];
+        w.delta[r] = buf.delta[task.head * buf.q_rows + packed_q_row(f, seq, row0 + r)];
       }
 
       // P = 2^(t - LSE log2 e), recomputed from Q, K and the saved LSE.
@@ -157,9 +156,9 @@ void backward_chunk(const BackwardParams& p, const KeyChunk& task, BackwardBuffe
       const Matrix ds_tile{w.dprobs.data(), kBlockN};
       gemm_tn(cols, dim, rows, p_tile, dout_tile, 1.0f, w.dv.data(), dim);
       gemm_tn(cols, dim, rows, ds_tile, q_tile, 1.0f, w.dk.data(), dim);
-      gemm_nn(rows, dim, cols, ds_tile, k_tile, 1.0f, dq_partial + q_row_index(f, seq, row0) * dim, dim);
+      gemm_nn(rows, dim, cols, ds_tile, k_tile, 1.0f, dq_partial + packed_q_row(f, seq, row0) * dim, dim);
     }
-    const int64_t k_row = k_row_index(f, seq, col0);
+    const int64_t k_row = packed_k_row(f, seq, col0);
     std::copy(w.dk.begin(), w.dk.begin() + cols * dim,
               buf.dk_expanded.begin() + (task.head * buf.k_rows + k_row) * dim);
     std::copy(w.dv.begin(), w.dv.begin() + cols * dim,
@@ -188,7 +187,7 @@ void write_gradients(const BackwardParams& p, const BackwardBuffers& buf) {
           for (int c = 0; c < buf.chunks; ++c) {
             const float* part = buf.dq_partial.data() +
                                 ((static_cast<int64_t>(c) * f.num_heads + h) * buf.q_rows +
-                                 q_row_index(f, seq, r)) * dim;
+                                 packed_q_row(f, seq, r)) * dim;
             for (int d = 0; d < dim; ++d) acc[d] += part[d];
           }
           scale_row(acc.data(), grad_scale, dim);
@@ -205,7 +204,7 @@ void write_gradients(const BackwardParams& p, const BackwardBuffers& buf) {
             std::fill(acc.begin(), acc.end(), 0.0f);
             for (int g = 0; used && g < group; ++g) {
               const float* part = expanded.data() +
-                                  ((h + g) * buf.k_rows + k_row_index(f, seq, r)) * dim;
+                                  ((h + g) * buf.k_rows + packed_k_row(f, seq, r)) * dim;
               for (int d = 0; d < dim; ++d) acc[d] += part[d];
             }
             if (which == 0) scale_row(acc.data(), grad_scale, dim);
@@ -240,6 +239,11 @@ void cpu_backward(const BackwardParams& p) {
   buf.dv_expanded.assign(f.num_heads * buf.k_rows * dim, 0.0f);
 
   compute_delta(p, buf);
+  const Inputs in{
+      float32_operand(f, f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, false),
+      float32_operand(f, f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride, true),
+      float32_operand(f, f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, true),
+      float32_operand(f, p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride, false)};
   std::vector<KeyChunk> tasks;
   for (int b = 0; b < f.batch; ++b) {
     for (int c = 0; c < buf.chunks; ++c) {
@@ -248,7 +252,7 @@ void cpu_backward(const BackwardParams& p) {
   }
   parallel_tasks<BackwardScratch>(
       static_cast<int64_t>(tasks.size()), f.num_threads, [&] { return BackwardScratch(f.head_dim); },
-      [&](int64_t task, BackwardScratch& w) { backward_chunk(p, tasks[task], buf, w); });
+      [&](int64_t task, BackwardScratch& w) { backward_chunk(p, in, tasks[task], buf, w); });
   write_gradients(p, buf);
 }
 

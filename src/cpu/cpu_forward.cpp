@@ -8,6 +8,7 @@
 
 #include "api/backends.h"
 #include "cpu/dropout.h"
+#include "cpu/float32_copy.h"
 #include "cpu/gemm.h"
 #include "cpu/online_softmax.h"
 #include "cpu/parallel.h"
@@ -32,6 +33,11 @@ struct QueryTile {
   int batch_index, head, row0;
 };
 
+// q, k and v as float32 rows (copies only for bfloat16/float16 inputs).
+struct Inputs {
+  Float32Rows q, k, v;
+};
+
 StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_side) {
   return StridedRows{data, b, r, h, key_side};
 }
@@ -43,7 +49,7 @@ void write_probs(const ForwardParams& p, const ScoreRule& rule, const KeySpan& s
   const int dim = p.head_dim;
   for (int col0 = span.first; col0 <= span.last; col0 += kBlockN) {
     const int cols = std::min(kBlockN, span.last + 1 - col0);
-    const Matrix k_tile = tile_operand(p.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
     gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kBlockN);
     finish_scores(rule, w.scores.data(), kBlockN, tile.row0, rows, col0, cols, true, nullptr);
     for (int r = 0; r < rows; ++r) {
@@ -57,26 +63,26 @@ void write_probs(const ForwardParams& p, const ScoreRule& rule, const KeySpan& s
   }
 }
 
-void forward_tile(const ForwardParams& p, const QueryTile& tile, ForwardScratch& w) {
+void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& tile, ForwardScratch& w) {
   const SequenceView seq = sequence_view(p, tile.batch_index);
   const int dim = p.head_dim;
   const int rows = std::min(kBlockM, seq.seqlen_q - tile.row0);
   const int head_k = tile.head / (p.num_heads / p.num_heads_k);
-  const StridedRows q = rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false);
-  const StridedRows k = rows_of(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true);
-  const StridedRows v = rows_of(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true);
+  const StridedRows& q = in.q.rows;
+  const StridedRows& k = in.k.rows;
+  const StridedRows& v = in.v.rows;
   const ScoreRule rule = make_score_rule(p, seq, tile.batch_index, tile.head);
   const DropoutRule dropout = DropoutRule::make(p, tile.batch_index, tile.head);
 
-  const Matrix q_tile = tile_operand(p.dtype, q, seq, tile.row0, rows, tile.head, dim, w.q.data());
+  const Matrix q_tile = tile_operand(TILEATTN_FLOAT32, q, seq, tile.row0, rows, tile.head, dim, w.q.data());
   std::fill(w.out.begin(), w.out.end(), 0.0f);
   std::fill(w.rows.begin(), w.rows.end(), RowSoftmax{});
 
   const KeySpan span = key_span(rule, tile.row0, rows);
   for (int col0 = span.first; col0 <= span.last; col0 += kBlockN) {
     const int cols = std::min(kBlockN, span.last + 1 - col0);
-    const Matrix k_tile = tile_operand(p.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
-    const Matrix v_tile = tile_operand(p.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
+    const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
+    const Matrix v_tile = tile_operand(TILEATTN_FLOAT32, v, seq, col0, cols, head_k, dim, w.v.data());
 
     // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.
     gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kBlockN);
@@ -140,11 +146,15 @@ std::vector<QueryTile> query_tiles(const ForwardParams& p) {
 void cpu_forward(const ForwardParams& p) {
   using namespace cpu;
   if (p.attn_probs != nullptr) clear_probs(p);
+  const Inputs in{
+      float32_operand(p, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
+      float32_operand(p, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true),
+      float32_operand(p, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true)};
   const std::vector<QueryTile> tiles = query_tiles(p);
   parallel_tasks<ForwardScratch>(
       static_cast<int64_t>(tiles.size()), p.num_threads,
       [&] { return ForwardScratch(p.head_dim); },
-      [&](int64_t task, ForwardScratch& w) { forward_tile(p, tiles[task], w); });
+      [&](int64_t task, ForwardScratch& w) { forward_tile(p, in, tiles[task], w); });
 }
 
 }  // namespace tileattn

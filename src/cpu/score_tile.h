@@ -10,8 +10,15 @@ namespace tileattn::cpu {
 // Query rows per task and keys per step.  64 x 128 keeps the K and V tiles (128 x D floats,
 // 64 KiB at D = 128) and the 32 KiB score tile in a core's L2 while giving sgemm products of
 // 64 x 128 x D, large enough for OpenBLAS to run near its peak.
-constexpr int kBlockM = 64;
-constexpr int kBlockN = 128;
+// TILEATTN_CPU_BLOCK_M/N override them for tuning runs (bench/cpu.py against two builds).
+#ifndef TILEATTN_CPU_BLOCK_M
+#define TILEATTN_CPU_BLOCK_M 64
+#endif
+#ifndef TILEATTN_CPU_BLOCK_N
+#define TILEATTN_CPU_BLOCK_N 128
+#endif
+constexpr int kBlockM = TILEATTN_CPU_BLOCK_M;
+constexpr int kBlockN = TILEATTN_CPU_BLOCK_N;
 
 // log2(e): scores are kept in base 2 so the softmax uses exp2 (FA2's "scale folded into exp2").
 constexpr float kLog2e = 1.4426950408889634f;
