@@ -1,0 +1,151 @@
+"""Argument checks the flash_attn_* functions run before anything is allocated or launched.
+
+The library validates every call again (and checks device-side contents such as cu_seqlens on
+the CPU backend); checking here too gives messages in the user's own argument names ("kv", not
+"k_row_stride") and catches the classic layout mistake: tensors in SDPA's (B, H, S, D) order
+passed where flash-attn expects (B, S, H, D).  Every check reads shapes only, never values, so
+nothing here syncs with a device.
+"""
+
+import math
+
+import torch
+
+from ._ffi import BackendError, DtypeError, InvalidArgumentError
+
+_HALF = (torch.float16, torch.bfloat16)
+_SDPA_HINT = (". This looks like PyTorch SDPA's (batch, nheads, seqlen, headdim) layout; "
+              "flash-attn functions take (batch, seqlen, nheads, headdim): pass "
+              "q.transpose(1, 2) etc.")
+
+
+class Checker:
+    """Collects the function name so every message reads "flash_attn_func: k: ..."."""
+
+    def __init__(self, function):
+        self.function = function
+
+    def fail(self, error, argument, message):
+        raise error(f"{self.function}: {argument}: {message}", argument)
+
+    def tensor(self, x, name):
+        if not isinstance(x, torch.Tensor):
+            self.fail(DtypeError, name, f"expected a torch.Tensor, got {type(x).__name__}")
+
+    def dims(self, x, name, ndim, layout):
+        self.tensor(x, name)
+        if x.dim() != ndim:
+            self.fail(InvalidArgumentError, name,
+                      f"expected {ndim} dimensions {layout}, got shape {tuple(x.shape)}")
+
+    def dtype_and_device(self, tensors):
+        """`tensors`: (name, tensor) pairs that must share q's dtype and device."""
+        name0, x0 = tensors[0]
+        if x0.dtype not in _HALF and not (x0.dtype == torch.float32 and x0.device.type == "cpu"):
+            self.fail(DtypeError, name0,
+                      f"dtype {x0.dtype} is not supported; use torch.float16 or torch.bfloat16 "
+                      "(torch.float32 on the CPU backend)")
+        if x0.device.type not in ("cpu", "cuda"):
+            self.fail(BackendError, name0,
+                      f"tensors on device '{x0.device}' have no tileattn backend; use CPU or "
+                      "CUDA tensors")
+        for name, x in tensors[1:]:
+            if x.dtype != x0.dtype:
+                self.fail(DtypeError, name, f"dtype {x.dtype} differs from {name0}'s {x0.dtype}")
+            if x.device != x0.device:
+                self.fail(InvalidArgumentError, name,
+                          f"is on {x.device} but {name0} is on {x0.device}")
+
+    def options(self, dropout_p, softmax_scale, window_size, softcap, head_dim):
+        """Returns (dropout_p, softmax_scale, window_left, window_right, softcap) as plain
+        Python numbers (causal is applied by the caller)."""
+        if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+            self.fail(InvalidArgumentError, "dropout_p", f"must be in [0, 1), got {dropout_p!r}")
+        if softmax_scale is None:
+            softmax_scale = head_dim ** -0.5
+        elif (not isinstance(softmax_scale, (int, float)) or not softmax_scale > 0
+              or math.isinf(softmax_scale)):
+            self.fail(InvalidArgumentError, "softmax_scale",
+                      f"must be a finite positive float or None, got {softmax_scale!r}")
+        if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+                or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
+            self.fail(InvalidArgumentError, "window_size",
+                      f"must be a (left, right) pair of ints, got {window_size!r}")
+        left, right = window_size
+        if left < -1 or right < -1:
+            self.fail(InvalidArgumentError, "window_size",
+                      f"entries must be >= 0, or -1 for unbounded; got {tuple(window_size)}")
+        if not isinstance(softcap, (int, float)) or softcap < 0:
+            self.fail(InvalidArgumentError, "softcap", f"must be >= 0 (0 = off), got {softcap!r}")
+        return float(dropout_p), float(softmax_scale), left, right, float(softcap)
+
+    def heads(self, q, k, v, names, seq_dim):
+        """Shapes of q, k, v in flash-attn's layout; `seq_dim` is 1 for (B, S, H, D) and 0 for
+        the packed (total, H, D) form.  Mentions SDPA's layout when the shapes would fit it."""
+        nq, nk, nv = names
+        head_dim = q.shape[-1]
+        batch_form = seq_dim == 1
+        # Under SDPA's reading dims 1 and 2 swap roles (heads first); the hint is added to a
+        # failure only when that reading fits the shapes.
+        fits_sdpa = (batch_form and k.shape == v.shape and q.shape[0] == k.shape[0]
+                     and q.shape[-1] == k.shape[-1] and k.shape[1] > 0
+                     and q.shape[1] % k.shape[1] == 0)
+        hint = _SDPA_HINT if fits_sdpa else ""
+        if batch_form and k.shape[0] != q.shape[0]:
+            self.fail(InvalidArgumentError, nk,
+                      f"batch size {k.shape[0]} differs from {nq}'s {q.shape[0]}")
+        for name, x in ((nk, k), (nv, v)):
+            if x.shape[-1] != head_dim:
+                self.fail(InvalidArgumentError, name,
+                          f"head dim {x.shape[-1]} differs from {nq}'s {head_dim} "
+                          f"(shapes {tuple(q.shape)} and {tuple(x.shape)})")
+        if v.shape != k.shape:
+            self.fail(InvalidArgumentError, nv,
+                      f"shape {tuple(v.shape)} differs from {nk}'s {tuple(k.shape)}" + hint)
+        num_heads, num_heads_k = q.shape[-2], k.shape[-2]
+        if num_heads_k == 0 or num_heads % num_heads_k != 0:
+            self.fail(InvalidArgumentError, nk,
+                      f"{num_heads_k} heads must divide {nq}'s {num_heads} "
+                      f"heads (shapes {tuple(q.shape)} and {tuple(k.shape)})" + hint)
+        return fits_sdpa
+
+    def alibi(self, alibi_slopes, batch, num_heads, device, sdpa_heads=None):
+        if alibi_slopes is None:
+            return None
+        self.tensor(alibi_slopes, "alibi_slopes")
+        if alibi_slopes.dtype != torch.float32:
+            self.fail(DtypeError, "alibi_slopes", f"must be float32, got {alibi_slopes.dtype}")
+        if alibi_slopes.device != device:
+            self.fail(InvalidArgumentError, "alibi_slopes",
+                      f"is on {alibi_slopes.device} but q is on {device}")
+        shape = tuple(alibi_slopes.shape)
+        if shape not in ((num_heads,), (batch, num_heads)):
+            hint = (_SDPA_HINT if sdpa_heads is not None and shape[-1:] == (sdpa_heads,)
+                    else "")
+            self.fail(InvalidArgumentError, "alibi_slopes",
+                      f"shape {shape} must be (nheads,) = ({num_heads},) or (batch, nheads) = "
+                      f"({batch}, {num_heads})" + hint)
+        return alibi_slopes
+
+    def cu_seqlens(self, x, name, device, batch=None, first_name=None):
+        self.tensor(x, name)
+        if x.dtype != torch.int32:
+            self.fail(DtypeError, name, f"must be int32, got {x.dtype}")
+        if x.dim() != 1 or x.shape[0] < 2:
+            self.fail(InvalidArgumentError, name,
+                      "must be 1-D (batch_size + 1,) with batch_size >= 1, got shape "
+                      f"{tuple(x.shape)}")
+        if x.device != device:
+            self.fail(InvalidArgumentError, name, f"is on {x.device} but q is on {device}")
+        if batch is not None and x.shape[0] != batch + 1:
+            self.fail(InvalidArgumentError, name,
+                      f"has {x.shape[0]} entries but {first_name} has {batch + 1}")
+        return x if x.is_contiguous() else x.contiguous()
+
+    def seqlen(self, value, name):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            # A SymInt from torch.compile is fine too; only reject plain non-positive values.
+            if not isinstance(value, torch.SymInt):
+                self.fail(InvalidArgumentError, name, f"must be a positive int, got {value!r}")
+        return value
+

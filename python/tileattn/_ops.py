@@ -1,0 +1,366 @@
+"""The torch.library custom ops behind the flash_attn_* functions.
+
+Four ops: tileattn::fwd / tileattn::bwd for the batch form (B, S, H, D) and tileattn::varlen_fwd /
+tileattn::varlen_bwd for the packed variable-length form (total, H, D).  Each has a fake (meta)
+implementation, so torch.compile traces it without running it, and the forward ops have autograd
+formulas that call the backward ops, so compiled graphs contain both directions.
+
+The hot path does no host sync: it reads shapes and strides, allocates the outputs, fills one
+parameter struct and calls the library on the current CUDA stream.  Dropout's Philox seed and
+offset come from torch's default generator of the tensors' device (see _philox_state) and travel
+to the backward as a small CPU tensor, so the backward redraws exactly the forward's mask.
+"""
+
+import math
+import os
+from typing import Optional, Tuple
+
+import torch
+
+from . import _ffi
+
+Tensor = torch.Tensor
+
+_DTYPES = {torch.float16: _ffi.FLOAT16, torch.bfloat16: _ffi.BFLOAT16, torch.float32: _ffi.FLOAT32}
+
+# Debug aid: fill every output with NaN before the library writes it, so a test sees any element
+# the library forgot.  Off by default (it costs a pass over each output).
+poison_outputs = os.environ.get("TILEATTN_POISON_OUTPUTS", "0") not in ("", "0")
+
+
+def _new_output(like, shape=None, dtype=None):
+    """A fresh contiguous output on `like`'s device: `like`'s shape and dtype unless given."""
+    if shape is None:  # empty_like is ~2 us cheaper per call than torch.empty(shape, ...)
+        out = torch.empty_like(like, memory_format=torch.contiguous_format)
+    else:
+        out = like.new_empty(shape, dtype=dtype)
+    if poison_outputs:
+        out.fill_(math.nan)
+    return out
+
+
+def _last_dim_contiguous(x):
+    return x if x is None or x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+
+
+def _rows(t):
+    """(batch, row, head) element strides of a (B, S, H, D) or packed (total, H, D) tensor."""
+    stride = t.stride()
+    return stride[:3] if len(stride) == 4 else (0, stride[0], stride[1])
+
+
+def _backend(device):
+    """(device enum, stream handle, CPU threads) for tensors on `device`, or a clear error."""
+    if device.type == "cpu":
+        return _ffi.DEVICE_CPU, None, torch.get_num_threads()
+    if device.type == "cuda":
+        if not _ffi.library().has_cuda:
+            raise _ffi.BackendError(
+                f"tileattn: q is on {device} but {_ffi.library().path} was built without the CUDA "
+                "backend; rebuild with CUDA (pip install . -C cmake.define.TILEATTN_CUDA=ON, or "
+                "TILEATTN_CUDA=ON pip install .)", "q")
+        return _ffi.DEVICE_CUDA, torch.cuda.current_stream(device).cuda_stream, 0
+    raise _ffi.BackendError(
+        f"tileattn: q is on device '{device}', which tileattn has no backend for; "
+        "use CPU or CUDA tensors", "q")
+
+
+_U64 = 1 << 64
+
+
+def _philox_state(device, num_streams):
+    """Reserve `num_streams` Philox stream ids and return (seed, offset) as Python ints.
+
+    The library gives (batch b, head h) the stream offset + b * H + h, so one call consumes B * H
+    offsets (rounded up to a multiple of 4).  On CUDA the default generator's seed and offset are
+    used and the offset is advanced, as torch's own CUDA random ops do, without touching the
+    device.  The CPU generator has no Philox offset, so a fresh 63-bit seed is drawn from it with
+    offset 0.  Either way torch.manual_seed reproduces the mask.
+    """
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        generator = torch.cuda.default_generators[index]
+        seed = generator.initial_seed()
+        offset = generator.get_offset()
+        generator.set_offset(offset + (num_streams + 3) // 4 * 4)
+        return seed, offset
+    return int(torch.empty((), dtype=torch.int64).random_()), 0
+
+
+def _rng_state_tensor(dropout_p, seed, offset):
+    """(seed, offset) as int64 (the uint64 seed in two's complement), on the CPU so reading it in
+    the backward never syncs.  Without dropout the backward ignores it."""
+    if dropout_p == 0:
+        return torch.zeros((2,), dtype=torch.int64)
+    return torch.tensor([seed - _U64 if seed >= 1 << 63 else seed, offset], dtype=torch.int64)
+
+
+def _fill_forward(p, q, k, v, out, lse, probs, *, batch, seqlen_q, seqlen_k, varlen,
+                  cu_seqlens_q, cu_seqlens_k, seqused_k, dropout_p, softmax_scale,
+                  window_left, window_right, softcap, alibi_slopes, seed, offset):
+    """Fill a FwdParams from tensors; `out`, `lse` and `probs` (or None) are the outputs."""
+    device, stream, threads = _backend(q.device)
+    dtype = _DTYPES.get(q.dtype)
+    if dtype is None:
+        raise _ffi.DtypeError(f"tileattn: q has dtype {q.dtype}; expected float16 or bfloat16 "
+                              "(float32 on the CPU)", "q")
+    p.q, p.k, p.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    p.q_batch_stride, p.q_row_stride, p.q_head_stride = _rows(q)
+    p.k_batch_stride, p.k_row_stride, p.k_head_stride = _rows(k)
+    p.v_batch_stride, p.v_row_stride, p.v_head_stride = _rows(v)
+    p.out = out.data_ptr()
+    p.out_batch_stride, p.out_row_stride, p.out_head_stride = _rows(out)
+    p.softmax_lse = lse.data_ptr()
+    if varlen:  # (H, total_q)
+        p.lse_batch_stride, p.lse_head_stride = 0, lse.stride(0)
+    else:  # (B, H, Sq)
+        p.lse_batch_stride, p.lse_head_stride = lse.stride(0), lse.stride(1)
+    if probs is not None:
+        p.attn_probs = probs.data_ptr()
+        p.probs_batch_stride, p.probs_head_stride, p.probs_row_stride = probs.stride()[:3]
+    p.batch, p.seqlen_q, p.seqlen_k = batch, seqlen_q, seqlen_k
+    p.num_heads, p.num_heads_k, p.head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
+    if varlen:
+        p.cu_seqlens_q, p.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+        p.total_q, p.total_k = q.shape[0], k.shape[0]
+    if seqused_k is not None:
+        p.seqused_k = seqused_k.data_ptr()
+    p.softmax_scale = softmax_scale
+    p.window_left, p.window_right = window_left, window_right
+    p.softcap = softcap
+    if alibi_slopes is not None:
+        p.alibi_slopes = alibi_slopes.data_ptr()
+        p.alibi_batch_stride = alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0
+    p.dropout_p = dropout_p
+    p.philox_seed, p.philox_offset = seed, offset
+    p.dtype, p.device, p.stream, p.num_threads = dtype, device, stream, threads
+
+
+def _fill_backward(p, dout, dq, dk, dv, deterministic):
+    p.dout = dout.data_ptr()
+    p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride = _rows(dout)
+    p.dq = dq.data_ptr()
+    p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride = _rows(dq)
+    p.dk = dk.data_ptr()
+    p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride = _rows(dk)
+    p.dv = dv.data_ptr()
+    p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride = _rows(dv)
+    p.deterministic = 1 if deterministic else 0
+
+
+def _on_device(device, call, params):
+    """Run the library call with `device` current (the CUDA backend launches on the current
+    device, and the tensors may live on another one)."""
+    if (device.type == "cuda" and device.index is not None
+            and device.index != torch.cuda.current_device()):
+        with torch.cuda.device(device):
+            call(params)
+    else:
+        call(params)
+
+
+def _empty_probs(device):
+    return torch.empty((0,), dtype=torch.float32, device=device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch form: q (B, Sq, H, D), k/v (B, Sk, Hk, D); lse (B, H, Sq); probs (B, H, Sq, Sk).
+
+@torch.library.custom_op("tileattn::fwd", mutates_args=())
+def fwd(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, softmax_scale: float,
+        window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
+        return_probs: bool, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state).  `deterministic`
+    only matters to the backward that autograd runs later."""
+    q, k, v, alibi_slopes = (_last_dim_contiguous(x) for x in (q, k, v, alibi_slopes))
+    batch, seqlen_q, num_heads, _ = q.shape
+    seqlen_k = k.shape[1]
+    out = _new_output(q)
+    lse = _new_output(q, (batch, num_heads, seqlen_q), torch.float32)
+    probs = (_new_output(q, (batch, num_heads, seqlen_q, seqlen_k), torch.float32)
+             if return_probs else None)
+    seed, offset = _philox_state(q.device, batch * num_heads) if dropout_p > 0 else (0, 0)
+    params = _ffi.FwdParams()
+    _fill_forward(params, q, k, v, out, lse, probs, batch=batch, seqlen_q=seqlen_q,
+                  seqlen_k=seqlen_k, varlen=False, cu_seqlens_q=None, cu_seqlens_k=None,
+                  seqused_k=None, dropout_p=dropout_p, softmax_scale=softmax_scale,
+                  window_left=window_left, window_right=window_right, softcap=softcap,
+                  alibi_slopes=alibi_slopes, seed=seed, offset=offset)
+    _on_device(q.device, _ffi.library().forward, params)
+    if probs is None:
+        probs = _empty_probs(q.device)
+    return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
+
+
+@fwd.register_fake
+def _(q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+      return_probs, deterministic):
+    batch, seqlen_q, num_heads, _ = q.shape
+    seqlen_k = k.shape[1]
+    out = q.new_empty(q.shape)
+    lse = q.new_empty((batch, num_heads, seqlen_q), dtype=torch.float32)
+    probs = q.new_empty((batch, num_heads, seqlen_q, seqlen_k) if return_probs else (0,),
+                        dtype=torch.float32)
+    return out, lse, probs, torch.empty((2,), dtype=torch.int64, device="cpu")
+
+
+@torch.library.custom_op("tileattn::bwd", mutates_args=())
+def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
+        dropout_p: float, softmax_scale: float, window_left: int, window_right: int,
+        softcap: float, alibi_slopes: Optional[Tensor], deterministic: bool,
+        rng_state: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """Returns (dq, dk, dv), contiguous, with q's, k's and v's shapes."""
+    dout, q, k, v, out, alibi_slopes = (
+        _last_dim_contiguous(x) for x in (dout, q, k, v, out, alibi_slopes))
+    batch, seqlen_q, _, _ = q.shape
+    dq, dk, dv = _new_output(q), _new_output(k), _new_output(v)
+    seed, offset = (int(x) % _U64 for x in rng_state.tolist()) if dropout_p > 0 else (0, 0)
+    params = _ffi.BwdParams()
+    _fill_forward(params.fwd, q, k, v, out, softmax_lse, None, batch=batch, seqlen_q=seqlen_q,
+                  seqlen_k=k.shape[1], varlen=False, cu_seqlens_q=None, cu_seqlens_k=None,
+                  seqused_k=None, dropout_p=dropout_p, softmax_scale=softmax_scale,
+                  window_left=window_left, window_right=window_right, softcap=softcap,
+                  alibi_slopes=alibi_slopes, seed=seed, offset=offset)
+    _fill_backward(params, dout, dq, dk, dv, deterministic)
+    _on_device(q.device, _ffi.library().backward, params)
+    return dq, dk, dv
+
+
+@bwd.register_fake
+def _(dout, q, k, v, out, softmax_lse, dropout_p, softmax_scale, window_left, window_right,
+      softcap, alibi_slopes, deterministic, rng_state):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    (q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes, _,
+     deterministic) = inputs
+    out, lse, _, rng_state = output
+    ctx.save_for_backward(q, k, v, out, lse, rng_state, alibi_slopes)
+    ctx.options = (dropout_p, softmax_scale, window_left, window_right, softcap)
+    ctx.deterministic = deterministic
+
+
+def _fwd_backward(ctx, dout, _dlse, _dprobs, _drng):
+    q, k, v, out, lse, rng_state, alibi_slopes = ctx.saved_tensors
+    dropout_p, softmax_scale, window_left, window_right, softcap = ctx.options
+    dq, dk, dv = torch.ops.tileattn.bwd(dout, q, k, v, out, lse, dropout_p, softmax_scale,
+                                        window_left, window_right, softcap, alibi_slopes,
+                                        ctx.deterministic, rng_state)
+    return (dq, dk, dv) + (None,) * 8
+
+
+# ---------------------------------------------------------------------------------------------
+# Varlen form: q (total_q, H, D), k/v (total_k, Hk, D), cu_seqlens int32 (B + 1);
+# lse (H, total_q); probs (B, H, max_seqlen_q, max_seqlen_k).
+
+@torch.library.custom_op("tileattn::varlen_fwd", mutates_args=())
+def varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+               seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+               dropout_p: float, softmax_scale: float, window_left: int, window_right: int,
+               softcap: float, alibi_slopes: Optional[Tensor], return_probs: bool,
+               deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state)."""
+    q, k, v, alibi_slopes = (_last_dim_contiguous(x) for x in (q, k, v, alibi_slopes))
+    batch = cu_seqlens_q.shape[0] - 1
+    total_q, num_heads, _ = q.shape
+    out = _new_output(q)
+    lse = _new_output(q, (num_heads, total_q), torch.float32)
+    probs = (_new_output(q, (batch, num_heads, max_seqlen_q, max_seqlen_k), torch.float32)
+             if return_probs else None)
+    seed, offset = _philox_state(q.device, batch * num_heads) if dropout_p > 0 else (0, 0)
+    params = _ffi.FwdParams()
+    _fill_forward(params, q, k, v, out, lse, probs, batch=batch, seqlen_q=max_seqlen_q,
+                  seqlen_k=max_seqlen_k, varlen=True, cu_seqlens_q=cu_seqlens_q,
+                  cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, dropout_p=dropout_p,
+                  softmax_scale=softmax_scale, window_left=window_left,
+                  window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
+                  seed=seed, offset=offset)
+    _on_device(q.device, _ffi.library().forward, params)
+    if probs is None:
+        probs = _empty_probs(q.device)
+    return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
+
+
+@varlen_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+      softmax_scale, window_left, window_right, softcap, alibi_slopes, return_probs,
+      deterministic):
+    batch = cu_seqlens_q.shape[0] - 1
+    total_q, num_heads, _ = q.shape
+    out = q.new_empty(q.shape)
+    lse = q.new_empty((num_heads, total_q), dtype=torch.float32)
+    probs = q.new_empty((batch, num_heads, max_seqlen_q, max_seqlen_k) if return_probs else (0,),
+                        dtype=torch.float32)
+    return out, lse, probs, torch.empty((2,), dtype=torch.int64, device="cpu")
+
+
+@torch.library.custom_op("tileattn::varlen_bwd", mutates_args=())
+def varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
+               cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, seqused_k: Optional[Tensor],
+               max_seqlen_q: int, max_seqlen_k: int, dropout_p: float, softmax_scale: float,
+               window_left: int, window_right: int, softcap: float,
+               alibi_slopes: Optional[Tensor], deterministic: bool,
+               rng_state: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """Returns (dq, dk, dv), contiguous, with q's, k's and v's shapes."""
+    dout, q, k, v, out, alibi_slopes = (
+        _last_dim_contiguous(x) for x in (dout, q, k, v, out, alibi_slopes))
+    dq, dk, dv = _new_output(q), _new_output(k), _new_output(v)
+    seed, offset = (int(x) % _U64 for x in rng_state.tolist()) if dropout_p > 0 else (0, 0)
+    params = _ffi.BwdParams()
+    _fill_forward(params.fwd, q, k, v, out, softmax_lse, None, batch=cu_seqlens_q.shape[0] - 1,
+                  seqlen_q=max_seqlen_q, seqlen_k=max_seqlen_k, varlen=True,
+                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
+                  dropout_p=dropout_p, softmax_scale=softmax_scale, window_left=window_left,
+                  window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
+                  seed=seed, offset=offset)
+    _fill_backward(params, dout, dq, dk, dv, deterministic)
+    _on_device(q.device, _ffi.library().backward, params)
+    return dq, dk, dv
+
+
+@varlen_bwd.register_fake
+def _(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+      max_seqlen_k, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+      deterministic, rng_state):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _varlen_fwd_setup_context(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+     softmax_scale, window_left, window_right, softcap, alibi_slopes, _,
+     deterministic) = inputs
+    out, lse, _, rng_state = output
+    ctx.save_for_backward(q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                          alibi_slopes)
+    ctx.options = (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, window_left,
+                   window_right, softcap)
+    ctx.deterministic = deterministic
+
+
+def _varlen_fwd_backward(ctx, dout, _dlse, _dprobs, _drng):
+    (q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k, seqused_k,
+     alibi_slopes) = ctx.saved_tensors
+    (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, window_left, window_right,
+     softcap) = ctx.options
+    dq, dk, dv = torch.ops.tileattn.varlen_bwd(
+        dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+        max_seqlen_k, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+        ctx.deterministic, rng_state)
+    return (dq, dk, dv) + (None,) * 13
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError("tileattn: the backward of attention is not differentiable "
+                       "(double backward is not supported)")
+
+
+def _no_setup(ctx, inputs, output):
+    pass
+
+
+fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+varlen_fwd.register_autograd(_varlen_fwd_backward, setup_context=_varlen_fwd_setup_context)
+bwd.register_autograd(_no_double_backward, setup_context=_no_setup)
+varlen_bwd.register_autograd(_no_double_backward, setup_context=_no_setup)
+

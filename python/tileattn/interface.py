@@ -1,0 +1,283 @@
+"""flash-attn 2.x's Python API: the same names, argument order, defaults, layouts and returns.
+
+    out = flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False)
+
+q is (batch, seqlen_q, nheads, headdim), k and v (batch, seqlen_k, nheads_k, headdim) with nheads
+a multiple of nheads_k (GQA/MQA: query head h reads KV head h // (nheads // nheads_k)).  The
+varlen functions take packed (total, nheads, headdim) tensors and int32 cu_seqlens prefix sums.
+Masks are bottom-right aligned as in flash-attn >= 2.1: query i sees key j when
+    i + seqlen_k - seqlen_q - window_size[0] <= j <= i + seqlen_k - seqlen_q + window_size[1]
+(causal=True sets window_size[1] = 0); a row that sees no key gives output 0 and lse +inf.
+
+With return_attn_probs=True the functions return (out, softmax_lse, attn_probs): softmax_lse is
+float32 (batch, nheads, seqlen_q), or (nheads, total_q) for varlen; attn_probs is float32
+(batch, nheads, seqlen_q, seqlen_k) probabilities (for testing), with entries dropped by dropout
+stored negated.  Unlike flash-attn, attn_probs is returned with or without dropout.
+
+CPU tensors run on the CPU backend (float16, bfloat16 and float32), CUDA tensors on the CUDA
+backend (float16, bfloat16) when the library was built with it.  Every function is differentiable
+through torch.library custom ops, and traces under torch.compile(fullgraph=True).
+"""
+
+import torch
+
+from ._checks import Checker
+from ._ffi import InvalidArgumentError
+
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_with_kvcache",
+]
+
+_BATCH_LAYOUT = "(batch, seqlen, nheads, headdim)"
+_PACKED_LAYOUT = "(total, nheads, headdim)"
+
+
+def _options(check, q, dropout_p, softmax_scale, causal, window_size, softcap):
+    dropout_p, scale, left, right, softcap = check.options(
+        dropout_p, softmax_scale, window_size, softcap, q.shape[-1])
+    if causal:
+        right = 0
+    return dropout_p, scale, left, right, softcap
+
+
+def _batch_attention(check, q, k, v, names, dropout_p, softmax_scale, causal, window_size,
+                     softcap, alibi_slopes, deterministic, return_attn_probs):
+    for name, x in zip(names, (q, k, v)):
+        check.dims(x, name, 4, _BATCH_LAYOUT)
+    check.dtype_and_device(list(zip(names, (q, k, v))))
+    check.heads(q, k, v, names, seq_dim=1)
+    dropout_p, scale, left, right, softcap = _options(
+        check, q, dropout_p, softmax_scale, causal, window_size, softcap)
+    alibi_slopes = check.alibi(alibi_slopes, q.shape[0], q.shape[2], q.device,
+                               sdpa_heads=q.shape[1])
+    out, lse, probs, _ = torch.ops.tileattn.fwd(
+        q, k, v, dropout_p, scale, left, right, softcap, alibi_slopes, bool(return_attn_probs),
+        bool(deterministic))
+    return (out, lse, probs) if return_attn_probs else out
+
+
+def _varlen_attention(check, q, k, v, names, cu_seqlens_q, cu_seqlens_k, cu_names,
+                      max_seqlen_q, max_seqlen_k, max_names, dropout_p, softmax_scale, causal,
+                      window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+                      seqused_k=None):
+    for name, x in zip(names, (q, k, v)):
+        check.dims(x, name, 3, _PACKED_LAYOUT)
+    check.dtype_and_device(list(zip(names, (q, k, v))))
+    check.heads(q, k, v, names, seq_dim=0)
+    cu_seqlens_q = check.cu_seqlens(cu_seqlens_q, cu_names[0], q.device)
+    batch = cu_seqlens_q.shape[0] - 1
+    cu_seqlens_k = check.cu_seqlens(cu_seqlens_k, cu_names[1], q.device, batch, cu_names[0])
+    max_seqlen_q = check.seqlen(max_seqlen_q, max_names[0])
+    max_seqlen_k = check.seqlen(max_seqlen_k, max_names[1])
+    if seqused_k is not None:
+        check.tensor(seqused_k, "seqused_k")
+        if seqused_k.dtype != torch.int32 or tuple(seqused_k.shape) != (batch,):
+            check.fail(InvalidArgumentError, "seqused_k",
+                       f"must be int32 of shape (batch_size,) = ({batch},), got "
+                       f"{seqused_k.dtype} {tuple(seqused_k.shape)}")
+        if seqused_k.device != q.device:
+            check.fail(InvalidArgumentError, "seqused_k",
+                       f"is on {seqused_k.device} but q is on {q.device}")
+        seqused_k = seqused_k.contiguous()
+    dropout_p, scale, left, right, softcap = _options(
+        check, q, dropout_p, softmax_scale, causal, window_size, softcap)
+    alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[1], q.device)
+    out, lse, probs, _ = torch.ops.tileattn.varlen_fwd(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        scale, left, right, softcap, alibi_slopes, bool(return_attn_probs), bool(deterministic))
+    return (out, lse, probs) if return_attn_probs else out
+
+
+def _unpack(check, packed, name, count, ndim, layout):
+    """Split a packed (..., count, nheads, headdim) tensor into `count` strided views."""
+    check.dims(packed, name, ndim, layout)
+    if packed.shape[-3] != count:
+        check.fail(InvalidArgumentError, name,
+                   f"dim {ndim - 3} must be {count} in {layout}, got shape {tuple(packed.shape)}")
+    return packed.unbind(-3)
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """qkv: (batch, seqlen, 3, nheads, headdim).  Returns out (batch, seqlen, nheads, headdim),
+    or (out, softmax_lse, attn_probs) with return_attn_probs=True."""
+    check = Checker("flash_attn_qkvpacked_func")
+    q, k, v = _unpack(check, qkv, "qkv", 3, 5, "(batch, seqlen, 3, nheads, headdim)")
+    return _batch_attention(check, q, k, v, ("qkv",) * 3, dropout_p, softmax_scale, causal,
+                            window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """q: (batch, seqlen_q, nheads, headdim); kv: (batch, seqlen_k, 2, nheads_k, headdim)."""
+    check = Checker("flash_attn_kvpacked_func")
+    k, v = _unpack(check, kv, "kv", 2, 5, "(batch, seqlen_k, 2, nheads_k, headdim)")
+    return _batch_attention(check, q, k, v, ("q", "kv", "kv"), dropout_p, softmax_scale, causal,
+                            window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim).
+
+    dropout_p: dropout probability (set 0.0 for evaluation); softmax_scale: defaults to
+    1 / sqrt(headdim); causal: bottom-right aligned causal mask; window_size: (left, right)
+    sliding window, -1 = unbounded; softcap: > 0 applies softcap * tanh(s / softcap);
+    alibi_slopes: float32 (nheads,) or (batch, nheads), adds -slope * |i + seqlen_k - seqlen_q - j|;
+    deterministic: bitwise-reproducible backward; return_attn_probs: also return
+    (softmax_lse, attn_probs), for testing.
+    """
+    check = Checker("flash_attn_func")
+    return _batch_attention(check, q, k, v, ("q", "k", "v"), dropout_p, softmax_scale, causal,
+                            window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(
+    qkv,
+    cu_seqlens,
+    max_seqlen,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """qkv: (total, 3, nheads, headdim); cu_seqlens: int32 (batch_size + 1,); max_seqlen: int."""
+    check = Checker("flash_attn_varlen_qkvpacked_func")
+    q, k, v = _unpack(check, qkv, "qkv", 3, 4, "(total, 3, nheads, headdim)")
+    return _varlen_attention(
+        check, q, k, v, ("qkv",) * 3, cu_seqlens, cu_seqlens, ("cu_seqlens",) * 2, max_seqlen,
+        max_seqlen, ("max_seqlen",) * 2, dropout_p, softmax_scale, causal, window_size, softcap,
+        alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(
+    q,
+    kv,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """q: (total_q, nheads, headdim); kv: (total_k, 2, nheads_k, headdim)."""
+    check = Checker("flash_attn_varlen_kvpacked_func")
+    k, v = _unpack(check, kv, "kv", 2, 4, "(total_k, 2, nheads_k, headdim)")
+    return _varlen_attention(
+        check, q, k, v, ("q", "kv", "kv"), cu_seqlens_q, cu_seqlens_k,
+        ("cu_seqlens_q", "cu_seqlens_k"), max_seqlen_q, max_seqlen_k,
+        ("max_seqlen_q", "max_seqlen_k"), dropout_p, softmax_scale, causal, window_size, softcap,
+        alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+    *,
+    seqused_k=None,
+):
+    """q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim); cu_seqlens_q/k: int32
+    (batch_size + 1,) prefix sums of the sequence lengths; max_seqlen_q/k: ints.
+
+    Extra (keyword only): seqused_k, int32 (batch_size,): keys actually used by each sequence.
+    block_table (paged KV) is not supported yet and must be None.
+    """
+    check = Checker("flash_attn_varlen_func")
+    if block_table is not None:
+        raise NotImplementedError(
+            "flash_attn_varlen_func: block_table (paged KV) is not supported by tileattn yet")
+    return _varlen_attention(
+        check, q, k, v, ("q", "k", "v"), cu_seqlens_q, cu_seqlens_k,
+        ("cu_seqlens_q", "cu_seqlens_k"), max_seqlen_q, max_seqlen_k,
+        ("max_seqlen_q", "max_seqlen_k"), dropout_p, softmax_scale, causal, window_size, softcap,
+        alibi_slopes, deterministic, return_attn_probs, seqused_k=seqused_k)
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    """Decode attention over a (paged) KV cache, with in-place append and rotary.
+
+    Not implemented yet: the signature is flash-attn 2.x's so callers can be written now.
+    """
+    raise NotImplementedError(
+        "flash_attn_with_kvcache is not implemented in tileattn yet (it lands with the decode "
+        "kernels); use flash_attn_func or flash_attn_varlen_func with the cache sliced to length")

@@ -1,0 +1,103 @@
+"""Ground truth for the Python suite: naive attention written straight from the definition, and the
+Philox dropout mapping of docs/dropout-rng.md written again in Python.
+
+attention() runs in any dtype: float64 is the reference; the tensors' own dtype gives the "naive
+same precision" baseline of FlashAttention's test rule (error of ours vs float64 <= 2 x error of
+the naive computation vs float64, plus a small floor).
+"""
+
+import math
+
+import numpy as np
+import torch
+
+
+def visible_mask(seqlen_q, seqlen_k, window_left, window_right, device="cpu"):
+    """(Sq, Sk) bool: row i sees column j when i + Sk - Sq - left <= j <= i + Sk - Sq + right."""
+    row = torch.arange(seqlen_q, device=device)[:, None]
+    col = torch.arange(seqlen_k, device=device)[None, :]
+    diagonal = row + seqlen_k - seqlen_q
+    mask = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if window_left >= 0:
+        mask &= col >= diagonal - window_left
+    if window_right >= 0:
+        mask &= col <= diagonal + window_right
+    return mask
+
+
+def attention(q, k, v, dout=None, *, dtype=torch.float64, softmax_scale=None, window_left=-1,
+              window_right=-1, softcap=0.0, alibi_slopes=None, keep=None, dropout_p=0.0):
+    """Batch-form attention computed in `dtype`.
+
+    q (B, Sq, H, D), k/v (B, Sk, Hk, D); alibi_slopes (H,) or (B, H); keep: bool (B, H, Sq, Sk)
+    dropout keep-mask.  Returns dict(out, lse, probs) and, when dout is given, dq, dk, dv (from
+    autograd through the same computation).  Empty rows: out 0, lse +inf, probs 0.
+    """
+    batch, seqlen_q, num_heads, head_dim = q.shape
+    seqlen_k, num_heads_k = k.shape[1], k.shape[2]
+    scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
+    q_, k_, v_ = (x.detach().to(dtype).requires_grad_(dout is not None) for x in (q, k, v))
+    group = num_heads // num_heads_k
+    kk = k_.repeat_interleave(group, dim=2)
+    vv = v_.repeat_interleave(group, dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q_ * scale, kk)
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(dtype)
+        slopes = slopes.view(1, num_heads) if slopes.dim() == 1 else slopes
+        row = torch.arange(seqlen_q, device=q.device)[:, None]
+        col = torch.arange(seqlen_k, device=q.device)[None, :]
+        distance = (row + seqlen_k - seqlen_q - col).abs().to(dtype)
+        scores = scores - slopes[:, :, None, None] * distance
+    visible = visible_mask(seqlen_q, seqlen_k, window_left, window_right, q.device)
+    row_any = visible.any(dim=-1)[:, None].expand(seqlen_q, seqlen_k)
+    scores = scores.masked_fill(~visible, float("-inf"))
+    # Rows with no visible key: softmax over zeros, then zeroed, so autograd stays finite.
+    safe = torch.where(row_any, scores, torch.zeros((), dtype=scores.dtype, device=q.device))
+    probs = torch.softmax(safe, dim=-1) * row_any
+    lse = torch.logsumexp(scores.float() if dtype != torch.float64 else scores, dim=-1)
+    lse = torch.where(visible.any(dim=-1), lse, torch.full_like(lse, math.inf))
+    dropped = probs
+    if keep is not None:
+        dropped = probs * keep / (1.0 - dropout_p)
+    out = torch.einsum("bhqk,bkhd->bqhd", dropped.to(dtype), vv)
+    result = {"out": out.detach(), "lse": lse.detach(), "probs": probs.detach()}
+    if dout is not None:
+        out.backward(dout.to(dtype))
+        result.update(dq=q_.grad, dk=k_.grad, dv=v_.grad)
+    return result
+
+
+# ---- Philox-4x32-10 and the dropout mapping (src/common/philox.h), vectorized with numpy -------
+
+_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(c0, c1, c2, c3, key0, key1):
+    """Counters as uint64 arrays holding 32-bit values; keys as Python ints."""
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) for c in (c0, c1, c2, c3))
+    for _ in range(10):
+        p0 = _M0 * c0
+        p1 = _M1 * c2
+        hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & _MASK32
+        c0, c1, c2, c3 = (hi1 ^ c1 ^ np.uint64(key0), lo1, hi0 ^ c3 ^ np.uint64(key1), lo0)
+        key0 = (key0 + _W0) & 0xFFFFFFFF
+        key1 = (key1 + _W1) & 0xFFFFFFFF
+    return c0, c1, c2, c3
+
+
+def dropout_keep(seed, offset, batch, num_heads, seqlen_q, seqlen_k, dropout_p):
+    """bool (batch, num_heads, seqlen_q, seqlen_k): the keep mask every backend must draw."""
+    threshold = min(int(dropout_p * 4294967296.0), 0xFFFFFFFF)
+    b, h, row, col = np.meshgrid(np.arange(batch), np.arange(num_heads), np.arange(seqlen_q),
+                                 np.arange(seqlen_k), indexing="ij")
+    stream = (np.uint64(offset) + (b * num_heads + h).astype(np.uint64))
+    draws = philox4x32_10(col.astype(np.uint64) >> np.uint64(2), row.astype(np.uint64),
+                          stream & _MASK32, stream >> np.uint64(32), seed & 0xFFFFFFFF, seed >> 32)
+    lane = col & 3
+    value = np.select([lane == 0, lane == 1, lane == 2], draws[:3], draws[3])
+    return torch.from_numpy(value >= threshold)

@@ -1,0 +1,79 @@
+"""Shared setup for the Python suite: which devices to run on, per-test random seeds, poisoned
+outputs, and FlashAttention's tolerance rule."""
+
+import os
+import random
+import zlib
+
+import pytest
+import torch
+
+import tileattn
+from tileattn import _ops
+
+
+def _devices():
+    """cpu always; cuda when torch sees a GPU and the library has the CUDA backend.
+    TILEATTN_TEST_DEVICES=cpu (or cpu,cuda) overrides."""
+    chosen = os.environ.get("TILEATTN_TEST_DEVICES")
+    if chosen:
+        return [d.strip() for d in chosen.split(",") if d.strip()]
+    devices = ["cpu"]
+    if torch.cuda.is_available() and tileattn.has_cuda():
+        devices.append("cuda")
+    return devices
+
+
+DEVICES = _devices()
+_SESSION_SEED = int(os.environ.get("TILEATTN_TEST_SEED", random.randrange(1 << 31)))
+
+
+def pytest_report_header(config):
+    return (f"tileattn: library {tileattn.library_path()} (CUDA backend: {tileattn.has_cuda()}); "
+            f"torch {torch.__version__}; devices {DEVICES}; TILEATTN_TEST_SEED={_SESSION_SEED}")
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", DEVICES)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_seed_and_poison(request, monkeypatch):
+    """Fresh inputs for every test (a seed derived from the session seed and the test's id, so a
+    failure reproduces with TILEATTN_TEST_SEED), and every output the package allocates filled
+    with NaN before the library writes it."""
+    torch.manual_seed(_SESSION_SEED ^ zlib.crc32(request.node.nodeid.encode()))
+    monkeypatch.setattr(_ops, "poison_outputs", True)
+
+
+def dtypes_for(device):
+    return [torch.bfloat16, torch.float16] + ([torch.float32] if device == "cpu" else [])
+
+
+def assert_fa_close(name, ours, naive, ref, floor):
+    """FlashAttention's rule: max|ours - ref| <= 2 * max|naive - ref| + floor, where ref is
+    float64 and naive is the same computation in the inputs' precision.  Infinite entries (LSE of
+    rows that see no key) must match exactly."""
+    ours, naive, ref = (x.detach().double().cpu() for x in (ours, naive, ref))
+    assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
+    assert not torch.isnan(ours).any(), f"{name}: NaN in {int(torch.isnan(ours).sum())} entries"
+    infinite = torch.isinf(ref)
+    same_inf = (torch.equal(torch.isinf(ours), infinite)
+                and torch.equal(ours[infinite], ref[infinite]))
+    assert same_inf, f"{name}: infinite entries differ from the reference"
+    finite = ~infinite
+    if not finite.any():
+        return
+    err = (ours[finite] - ref[finite]).abs().max().item()
+    base = (naive[finite] - ref[finite]).abs().max().item()
+    assert err <= 2 * base + floor, (
+        f"{name}: max error {err:.3g} vs float64 exceeds 2 x naive {base:.3g} + {floor:g}")
+
+
+# Floors of the rule: the naive baseline can be exact by luck on tiny problems.
+FLOOR = {torch.float32: 2e-5, torch.float16: 1e-4, torch.bfloat16: 1e-3}
+
+
+def rand(*shape, dtype, device, requires_grad=False):
+    return torch.randn(*shape, dtype=dtype, device=device).requires_grad_(requires_grad)

@@ -1,0 +1,143 @@
+"""Every bad input raises ValueError / TypeError / RuntimeError naming the argument, before
+anything runs; the SDPA (B, H, S, D) layout mistake is called out where shapes reveal it."""
+
+import pytest
+import torch
+
+from tileattn import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                      flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                      flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache)
+
+
+def t(*shape, dtype=torch.float16, device="cpu"):
+    return torch.randn(*shape, device=device).to(dtype)
+
+
+def i32(*values, device="cpu"):
+    return torch.tensor(values, dtype=torch.int32, device=device)
+
+
+q, k, v = t(2, 9, 4, 16), t(2, 11, 2, 16), t(2, 11, 2, 16)
+vq, vk = t(20, 4, 16), t(15, 2, 16)
+cu_q, cu_k = i32(0, 8, 20), i32(0, 5, 15)
+
+CASES = {
+    # name: (call, exception, argument named in the message)
+    "q not a tensor": (lambda: flash_attn_func(q.tolist(), k, v), TypeError, "q"),
+    "q 3-D": (lambda: flash_attn_func(q[0], k, v), ValueError, "q"),
+    "k 5-D": (lambda: flash_attn_func(q, k[None], v), ValueError, "k"),
+    "int dtype": (lambda: flash_attn_func(q.int(), k.int(), v.int()), TypeError, "q"),
+    "float64": (lambda: flash_attn_func(q.double(), k.double(), v.double()), TypeError, "q"),
+    "mixed dtypes": (lambda: flash_attn_func(q, k.bfloat16(), v), TypeError, "k"),
+    "batch mismatch": (lambda: flash_attn_func(q, k[:1], v[:1]), ValueError, "k"),
+    "head dim mismatch": (lambda: flash_attn_func(q, t(2, 11, 2, 8), v), ValueError, "k"),
+    "v shape": (lambda: flash_attn_func(q, k, t(2, 12, 2, 16)), ValueError, "v"),
+    "heads do not divide": (lambda: flash_attn_func(q, t(2, 11, 3, 16), t(2, 11, 3, 16)),
+                            ValueError, "k"),
+    "head dim 300": (lambda: flash_attn_func(t(1, 2, 1, 300), t(1, 2, 1, 300), t(1, 2, 1, 300)),
+                     ValueError, "q"),
+    "dropout 1": (lambda: flash_attn_func(q, k, v, dropout_p=1.0), ValueError, "dropout_p"),
+    "dropout negative": (lambda: flash_attn_func(q, k, v, dropout_p=-0.1), ValueError, "dropout_p"),
+    "scale 0": (lambda: flash_attn_func(q, k, v, softmax_scale=0.0), ValueError, "softmax_scale"),
+    "scale inf": (lambda: flash_attn_func(q, k, v, softmax_scale=float("inf")), ValueError,
+                  "softmax_scale"),
+    "window -2": (lambda: flash_attn_func(q, k, v, window_size=(-2, 0)), ValueError, "window_size"),
+    "window 1 entry": (lambda: flash_attn_func(q, k, v, window_size=(3,)), ValueError,
+                       "window_size"),
+    "window float": (lambda: flash_attn_func(q, k, v, window_size=(3.0, 1)), ValueError,
+                     "window_size"),
+    "softcap negative": (lambda: flash_attn_func(q, k, v, softcap=-1.0), ValueError, "softcap"),
+    "alibi float16": (lambda: flash_attn_func(q, k, v, alibi_slopes=torch.ones(4).half()),
+                      TypeError, "alibi_slopes"),
+    "alibi shape": (lambda: flash_attn_func(q, k, v, alibi_slopes=torch.ones(3)), ValueError,
+                    "alibi_slopes"),
+    "alibi batch": (lambda: flash_attn_func(q, k, v, alibi_slopes=torch.ones(3, 4)), ValueError,
+                    "alibi_slopes"),
+    "qkv 4-D": (lambda: flash_attn_qkvpacked_func(t(2, 9, 12, 16)), ValueError, "qkv"),
+    "qkv not 3": (lambda: flash_attn_qkvpacked_func(t(2, 9, 2, 4, 16)), ValueError, "qkv"),
+    "kv not 2": (lambda: flash_attn_kvpacked_func(q, t(2, 11, 3, 2, 16)), ValueError, "kv"),
+    "kv heads": (lambda: flash_attn_kvpacked_func(q, t(2, 11, 2, 3, 16)), ValueError, "kv"),
+    "varlen q 4-D": (lambda: flash_attn_varlen_func(q, vk, vk, cu_q, cu_k, 12, 10), ValueError,
+                     "q"),
+    "cu_seqlens int64": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q.long(), cu_k, 12, 10),
+                         TypeError, "cu_seqlens_q"),
+    "cu_seqlens 2-D": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q[None], cu_k, 12, 10),
+                       ValueError, "cu_seqlens_q"),
+    "cu_seqlens_k length": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, i32(0, 15), 12, 10),
+                            ValueError, "cu_seqlens_k"),
+    "max_seqlen 0": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 0, 10), ValueError,
+                     "max_seqlen_q"),
+    "max_seqlen float": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 12, 10.0),
+                         ValueError, "max_seqlen_k"),
+    # Checked by the library (device-side contents), surfaced with its argument name.
+    "cu_seqlens not monotone": (lambda: flash_attn_varlen_func(vq, vk, vk, i32(0, 12, 8), cu_k,
+                                                               12, 10), ValueError, "cu_seqlens_q"),
+    "cu_seqlens past total": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, i32(0, 5, 16), 12,
+                                                             11), ValueError, "cu_seqlens_k"),
+    "max_seqlen too small": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 11, 10),
+                             ValueError, "max_seqlen_q"),
+    "seqused_k too long": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 12, 10,
+                                                          seqused_k=i32(6, 1)),
+                           ValueError, "seqused_k"),
+    "seqused_k shape": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 12, 10,
+                                                       seqused_k=i32(1)), ValueError, "seqused_k"),
+    "varlen qkv not 3": (lambda: flash_attn_varlen_qkvpacked_func(t(20, 2, 4, 16), cu_q, 12),
+                         ValueError, "qkv"),
+    "varlen cu_seqlens int64": (lambda: flash_attn_varlen_qkvpacked_func(t(20, 3, 4, 16),
+                                                                         cu_q.long(), 12),
+                                TypeError, "cu_seqlens"),
+    "varlen kv heads": (lambda: flash_attn_varlen_kvpacked_func(vq, t(15, 2, 3, 16), cu_q, cu_k,
+                                                                12, 10), ValueError, "kv"),
+    "varlen alibi": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 12, 10,
+                                                    alibi_slopes=torch.ones(3, 4)),
+                     ValueError, "alibi_slopes"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_names_the_argument(case):
+    call, error, argument = CASES[case]
+    with pytest.raises(error) as raised:
+        call()
+    assert raised.value.argument == argument, str(raised.value)
+    assert argument in str(raised.value)
+
+
+def test_sdpa_layout_mistake_is_called_out():
+    # SDPA layout: q (B, H=8, Sq=100, D), k/v (B, Hk=2, Sk=300, D).  Read as flash-attn's
+    # (B, S, H, D) the "heads" 100 and 300 do not divide; read as SDPA's they do.
+    q_sdpa, kv_sdpa = t(1, 8, 100, 16), t(1, 2, 300, 16)
+    with pytest.raises(ValueError, match=r"SDPA.*\(batch, seqlen, nheads, headdim\)"):
+        flash_attn_func(q_sdpa, kv_sdpa, kv_sdpa)
+    # The same tensors in flash-attn's layout work.
+    flash_attn_func(q_sdpa.transpose(1, 2), kv_sdpa.transpose(1, 2), kv_sdpa.transpose(1, 2))
+    # ALiBi slopes sized for the SDPA heads dim.
+    with pytest.raises(ValueError, match="SDPA"):
+        flash_attn_func(t(1, 8, 100, 16), t(1, 8, 100, 16), t(1, 8, 100, 16),
+                        alibi_slopes=torch.ones(8))
+
+
+def test_device_mismatch():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device to mix devices")
+    with pytest.raises(ValueError) as raised:
+        flash_attn_func(q, k.cuda(), v)
+    assert raised.value.argument == "k"
+
+
+def test_not_implemented_yet():
+    with pytest.raises(NotImplementedError, match="block_table"):
+        flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 12, 10, block_table=i32(0, 1))
+    with pytest.raises(NotImplementedError, match="flash_attn_with_kvcache"):
+        flash_attn_with_kvcache(q, k, v, cache_seqlens=3)
+
+
+def test_nothing_runs_on_bad_input():
+    """A rejected call leaves no trace: the generator is not advanced and no gradient graph is
+    built."""
+    state = torch.get_rng_state()
+    leaf = q.clone().requires_grad_()
+    with pytest.raises(ValueError):
+        flash_attn_func(leaf, k, v, dropout_p=0.5, window_size=(-5, 0))
+    assert torch.equal(state, torch.get_rng_state())
+    assert leaf.grad is None

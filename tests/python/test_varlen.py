@@ -1,0 +1,125 @@
+"""flash_attn_varlen_func: each packed sequence must equal batch-form attention of that sequence
+alone (float64 reference, FA's rule), with empty sequences, GQA and every option."""
+
+import pytest
+import torch
+
+import attn_reference as ref
+from conftest import FLOOR, assert_fa_close, dtypes_for
+from tileattn import flash_attn_varlen_func
+
+# (seqlens_q, seqlens_k): ugly lengths, a query-less sequence and a key-less one.
+LENGTHS = [
+    ([1], [1]),
+    ([17, 1, 127, 5], [127, 17, 1, 40]),
+    ([0, 33, 64], [9, 0, 200]),
+    ([300, 1], [1000, 1]),
+]
+
+
+def cu(lengths, device):
+    lengths = torch.tensor([0] + lengths, dtype=torch.int32, device=device)
+    return lengths.cumsum(0, dtype=torch.int32)
+
+
+def run_varlen(device, dtype, seqlens_q, seqlens_k, num_heads=6, num_heads_k=2, head_dim=48, *,
+               causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+               seqused_k=None, tail_rows=0):
+    """tail_rows: extra packed rows after the last sequence (must not be read or disturbed)."""
+    total_q, total_k = sum(seqlens_q) + tail_rows, sum(seqlens_k) + tail_rows
+    q = torch.randn(total_q, num_heads, head_dim, dtype=dtype, device=device, requires_grad=True)
+    k = torch.randn(total_k, num_heads_k, head_dim, dtype=dtype, device=device, requires_grad=True)
+    v = torch.randn(total_k, num_heads_k, head_dim, dtype=dtype, device=device, requires_grad=True)
+    dout = torch.randn_like(q)
+    cu_q, cu_k = cu(seqlens_q, device), cu(seqlens_k, device)
+    max_q, max_k = max(max(seqlens_q), 1), max(max(seqlens_k), 1)
+    out, lse, probs = flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, window_size=window_size,
+        softcap=softcap, alibi_slopes=alibi_slopes, return_attn_probs=True, seqused_k=seqused_k)
+    out.backward(dout)
+    assert out.shape == q.shape and lse.shape == (num_heads, total_q)
+    assert probs.shape == (len(seqlens_q), num_heads, max_q, max_k)
+
+    floor = FLOOR[dtype]
+    for b, (len_q, len_k) in enumerate(zip(seqlens_q, seqlens_k)):
+        rows = slice(int(cu_q[b]), int(cu_q[b]) + len_q)
+        keys = slice(int(cu_k[b]), int(cu_k[b]) + len_k)
+        used_k = len_k if seqused_k is None else int(seqused_k[b])
+        used = slice(keys.start, keys.start + used_k)
+        slopes = None
+        if alibi_slopes is not None:
+            slopes = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b]
+        options = dict(window_left=window_size[0], window_right=0 if causal else window_size[1],
+                       softcap=softcap, alibi_slopes=slopes)
+        one = lambda x, r: x[r].unsqueeze(0)  # noqa: E731
+        args = (one(q, rows), one(k, used), one(v, used), one(dout, rows))
+        truth = ref.attention(*args, dtype=torch.float64, **options)
+        naive = ref.attention(*args, dtype=dtype, **options)
+        tag = f"sequence {b} ({len_q}x{used_k})"
+        assert_fa_close(f"{tag} out", out[rows].unsqueeze(0), naive["out"], truth["out"], floor)
+        assert_fa_close(f"{tag} lse", lse[:, rows].unsqueeze(0), naive["lse"], truth["lse"], floor)
+        assert_fa_close(f"{tag} probs", probs[b, :, :len_q, :used_k].unsqueeze(0),
+                        naive["probs"], truth["probs"], floor)
+        assert torch.all(probs[b, :, len_q:] == 0) and torch.all(probs[b, :, :, used_k:] == 0), \
+            f"{tag}: attn_probs outside the sequence must be 0"
+        assert_fa_close(f"{tag} dq", q.grad[rows].unsqueeze(0), naive["dq"], truth["dq"], floor)
+        assert_fa_close(f"{tag} dk", k.grad[used].unsqueeze(0), naive["dk"], truth["dk"], floor)
+        assert_fa_close(f"{tag} dv", v.grad[used].unsqueeze(0), naive["dv"], truth["dv"], floor)
+        unused = slice(used.stop, keys.stop)
+        assert torch.all(k.grad[unused] == 0) and torch.all(v.grad[unused] == 0), \
+            f"{tag}: keys past seqused_k must get zero gradient"
+
+
+@pytest.mark.parametrize("lengths", LENGTHS, ids=lambda l: "-".join(map(str, l[0])))
+@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+def test_varlen_masks(device, lengths, mask):
+    causal = mask == "causal"
+    window_size = (13, 2) if mask == "window" else (-1, -1)
+    for dtype in dtypes_for(device):
+        run_varlen(device, dtype, *lengths, causal=causal, window_size=window_size)
+
+
+@pytest.mark.parametrize("option", ["softcap", "alibi_h", "alibi_bh", "gqa7", "seqused_k"])
+def test_varlen_options(device, option):
+    seqlens_q, seqlens_k = [17, 1, 127, 5], [127, 17, 1, 40]
+    kwargs = {}
+    if option == "softcap":
+        kwargs = dict(softcap=2.0, causal=True)
+    elif option == "alibi_h":
+        kwargs = dict(alibi_slopes=torch.rand(6, device=device) * 0.3)
+    elif option == "alibi_bh":
+        kwargs = dict(alibi_slopes=torch.rand(4, 6, device=device) * 0.3, causal=True)
+    elif option == "gqa7":
+        kwargs = dict(num_heads=7, num_heads_k=1, head_dim=64)
+    else:
+        kwargs = dict(seqused_k=torch.tensor([100, 3, 0, 40], dtype=torch.int32, device=device))
+    for dtype in dtypes_for(device):
+        run_varlen(device, dtype, seqlens_q, seqlens_k, **kwargs)
+
+
+def test_varlen_rows_past_the_last_sequence(device):
+    """Packed tensors may hold rows after cu_seqlens[-1]; the call must accept them."""
+    run_varlen(device, torch.bfloat16, [5, 9], [7, 3], tail_rows=0)
+    total = 20
+    q = torch.randn(total, 2, 16, dtype=torch.bfloat16, device=device)
+    cu_seqlens = torch.tensor([0, 5, 12], dtype=torch.int32, device=device)
+    out = flash_attn_varlen_func(q, q, q, cu_seqlens, cu_seqlens, 7, 7)
+    assert not torch.isnan(out[:12]).any()
+
+
+def test_varlen_deterministic_backward_is_bitwise_stable(device):
+    seqlens = [33, 200, 1]
+    q = torch.randn(sum(seqlens), 8, 64, dtype=torch.float16, device=device)
+    k = torch.randn(sum(seqlens), 2, 64, dtype=torch.float16, device=device)
+    v = torch.randn_like(k)
+    dout = torch.randn_like(q)
+    cu_seqlens = cu(seqlens, device)
+    grads = []
+    for _ in range(2):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = flash_attn_varlen_func(*leaves, cu_seqlens, cu_seqlens, 200, 200, causal=True,
+                                     deterministic=True)
+        out.backward(dout)
+        grads.append([x.grad for x in leaves])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
