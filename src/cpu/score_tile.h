@@ -7,12 +7,14 @@
 
 namespace tileattn::cpu {
 
-// Query rows per task and keys per step.  64 x 128 keeps the K and V tiles (128 x D floats,
-// 64 KiB at D = 128) and the 32 KiB score tile in a core's L2 while giving sgemm products of
-// 64 x 128 x D, large enough for OpenBLAS to run near its peak.
+// Query rows per task and keys per step.  128 x 128: the K and V tiles (128 x D floats, 64 KiB
+// at D = 128) and the 64 KiB score tile stay in a core's 1 MiB L2, and sgemm gets products of
+// 128 x 128 x D, large enough to run near its peak.  Measured on 2 Zen 4 cores (bench/cpu.py,
+// B=1 H=8 S=2048): 64 x 128 gave 121-145 GFLOP/s forward, 128 x 128 139-148, 128 x 256 129-151
+// (docs/perf-log.md).
 // TILEATTN_CPU_BLOCK_M/N override them for tuning runs (bench/cpu.py against two builds).
 #ifndef TILEATTN_CPU_BLOCK_M
-#define TILEATTN_CPU_BLOCK_M 64
+#define TILEATTN_CPU_BLOCK_M 128
 #endif
 #ifndef TILEATTN_CPU_BLOCK_N
 #define TILEATTN_CPU_BLOCK_N 128
