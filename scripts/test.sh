@@ -13,4 +13,4 @@ cmake --build "$build_dir" -j "$(nproc)"
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)"
 
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation .
-python3 -m pytest -q tests/python
+python3 -m pytest tests/python
