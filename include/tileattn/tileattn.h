@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below changes layout; bindings compare it with their own copy. */
-#define TILEATTN_ABI_VERSION 1
+#define TILEATTN_ABI_VERSION 2
 
 typedef enum tileattn_dtype {
   TILEATTN_FLOAT16 = 0,
@@ -129,15 +129,58 @@ typedef struct tileattn_bwd_params {
   int32_t deterministic; /* nonzero: bitwise-reproducible gradients (the CPU backend always is) */
 } tileattn_bwd_params;
 
+/* Decoding over a KV cache: flash-attn 2.x's flash_attn_with_kvcache.
+ *
+ * fwd holds q (B, Sq, H, D), out, softmax_lse (B, H, Sq) and the options (scale, window, softcap,
+ * ALiBi; no dropout, no varlen fields), and k/v point at the caches:
+ *   contiguous (block_table NULL): (num_cache_entries, Smax, Hk, D), fwd.seqlen_k = Smax, the
+ *     batch strides step one cache entry; sequence b uses entry cache_batch_idx[b] (or b);
+ *   paged: (num_blocks, page_size, Hk, D), the batch strides step one page, fwd.seqlen_k =
+ *     max_blocks * page_size; cache position t of sequence b lives in page
+ *     block_table[row * block_table_batch_stride + t / page_size], slot t % page_size, where row
+ *     is cache_batch_idx[b] (or b) and num_cache_entries counts the table's rows.
+ * With k_new/v_new (B, seqlen_new, Hk, D) the new tokens are first written into the cache at
+ * positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 (k after rotary).  Sequence b
+ * then attends to cache positions cache_leftpad[b] (or 0) .. cache_seqlens[b] + seqlen_new - 1,
+ * with causal/window masks bottom-right aligned over those keys.  Cache slots outside that range
+ * are never read.
+ * Rotary (rotary_cos/sin: (rotary_seqlen, rotary_dim / 2), q's dtype, contiguous) rotates the
+ * first rotary_dim dims of the new k at positions cache_seqlens[b] + i, and of q at the same
+ * positions when causal or windowed, else every query row at position cache_seqlens[b];
+ * interleaved pairs (0,1),(2,3).. or, when rotary_interleaved is 0, halves (i, i + rotary_dim/2).
+ * Positions are cache indices (cache_leftpad does not shift them). */
+typedef struct tileattn_kvcache_params {
+  tileattn_fwd_params fwd;
+  const int32_t* cache_seqlens;   /* (B): tokens in the cache before the append; required */
+  const int32_t* cache_batch_idx; /* (B) or NULL */
+  const int32_t* cache_leftpad;   /* (B) or NULL */
+  const int32_t* block_table;     /* (num_cache_entries, max_blocks) or NULL (contiguous cache) */
+  int64_t block_table_batch_stride;
+  int32_t num_cache_entries;      /* contiguous: cache entries; paged: block_table rows */
+  int32_t num_blocks, page_size, max_blocks; /* paged only; page_size a multiple of 16 */
+  const void* k_new;
+  const void* v_new;
+  int64_t k_new_batch_stride, k_new_row_stride, k_new_head_stride;
+  int64_t v_new_batch_stride, v_new_row_stride, v_new_head_stride;
+  int32_t seqlen_new;
+  const void* rotary_cos;
+  const void* rotary_sin;
+  int32_t rotary_dim, rotary_seqlen, rotary_interleaved;
+  int32_t num_splits; /* 0 = heuristic; a fixed value gives batch-invariant results */
+} tileattn_kvcache_params;
+
 /* Fills defaults: everything zero/NULL except window_left = window_right = -1. */
 TILEATTN_API void tileattn_fwd_params_init(tileattn_fwd_params* params);
 TILEATTN_API void tileattn_bwd_params_init(tileattn_bwd_params* params);
+TILEATTN_API void tileattn_kvcache_params_init(tileattn_kvcache_params* params);
 
 /* Validate, then run on params->device.  Returns TILEATTN_OK or an error code; on error
  * tileattn_last_error() tells what was wrong and tileattn_last_error_argument() names the
  * argument (both thread-local, valid until the next call on this thread). */
 TILEATTN_API int tileattn_forward(const tileattn_fwd_params* params);
 TILEATTN_API int tileattn_backward(const tileattn_bwd_params* params);
+/* Appends to the cache (when k_new is given), then attends; the CPU backend only, for now. */
+TILEATTN_API int tileattn_forward_kvcache(const tileattn_kvcache_params* params);
 
 TILEATTN_API const char* tileattn_last_error(void);
 TILEATTN_API const char* tileattn_last_error_argument(void);
@@ -148,6 +191,7 @@ TILEATTN_API int tileattn_has_cuda(void);
 /* Bytes of the compiled-in struct layouts, so a binding can check it mirrors them exactly. */
 TILEATTN_API int64_t tileattn_fwd_params_size(void);
 TILEATTN_API int64_t tileattn_bwd_params_size(void);
+TILEATTN_API int64_t tileattn_kvcache_params_size(void);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@ namespace tileattn {
 
 using ForwardParams = tileattn_fwd_params;
 using BackwardParams = tileattn_bwd_params;
+using KvCacheParams = tileattn_kvcache_params;
 
 enum class ErrorCode {
   kInvalidArgument = TILEATTN_ERROR_INVALID_ARGUMENT,
@@ -37,9 +38,12 @@ class TILEATTN_API Error : public std::runtime_error {
 // Params with the library's defaults (see tileattn_fwd_params_init).
 TILEATTN_API ForwardParams default_forward_params();
 TILEATTN_API BackwardParams default_backward_params();
+TILEATTN_API KvCacheParams default_kvcache_params();
 
 // Validate, then run on params.device.  Throw tileattn::Error on any failure.
 TILEATTN_API void forward(const ForwardParams& params);
 TILEATTN_API void backward(const BackwardParams& params);
+// Appends k_new/v_new to the cache (in place), then attends over it.
+TILEATTN_API void forward_kvcache(const KvCacheParams& params);
 
 }  // namespace tileattn

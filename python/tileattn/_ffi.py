@@ -12,7 +12,7 @@ import os
 import threading
 from pathlib import Path
 
-ABI_VERSION = 1  # TILEATTN_ABI_VERSION this mirror was written against
+ABI_VERSION = 2  # TILEATTN_ABI_VERSION this mirror was written against
 
 # tileattn_dtype / tileattn_device / tileattn_status
 FLOAT16, BFLOAT16, FLOAT32 = 0, 1, 2
@@ -73,6 +73,26 @@ class BwdParams(ctypes.Structure):
     ]
 
 
+class KvCacheParams(ctypes.Structure):
+    """Mirror of tileattn_kvcache_params."""
+
+    _fields_ = [
+        ("fwd", FwdParams),
+        ("cache_seqlens", _ptr), ("cache_batch_idx", _ptr), ("cache_leftpad", _ptr),
+        ("block_table", _ptr),
+        ("block_table_batch_stride", _i64),
+        ("num_cache_entries", _i32),
+        ("num_blocks", _i32), ("page_size", _i32), ("max_blocks", _i32),
+        ("k_new", _ptr), ("v_new", _ptr),
+        ("k_new_batch_stride", _i64), ("k_new_row_stride", _i64), ("k_new_head_stride", _i64),
+        ("v_new_batch_stride", _i64), ("v_new_row_stride", _i64), ("v_new_head_stride", _i64),
+        ("seqlen_new", _i32),
+        ("rotary_cos", _ptr), ("rotary_sin", _ptr),
+        ("rotary_dim", _i32), ("rotary_seqlen", _i32), ("rotary_interleaved", _i32),
+        ("num_splits", _i32),
+    ]
+
+
 class TileattnError(Exception):
     """Base of the errors raised for a rejected call.  `argument` names what was wrong (a Python
     argument name such as "k", or the library's parameter name such as "window_left")."""
@@ -126,13 +146,16 @@ class _Library:
         lib.tileattn_forward.restype = ctypes.c_int
         lib.tileattn_backward.argtypes = [ctypes.POINTER(BwdParams)]
         lib.tileattn_backward.restype = ctypes.c_int
+        lib.tileattn_forward_kvcache.argtypes = [ctypes.POINTER(KvCacheParams)]
+        lib.tileattn_forward_kvcache.restype = ctypes.c_int
         for name in ("tileattn_last_error", "tileattn_last_error_argument"):
             getattr(lib, name).argtypes = []
             getattr(lib, name).restype = ctypes.c_char_p
         for name in ("tileattn_abi_version", "tileattn_has_cuda"):
             getattr(lib, name).argtypes = []
             getattr(lib, name).restype = ctypes.c_int
-        for name in ("tileattn_fwd_params_size", "tileattn_bwd_params_size"):
+        for name in ("tileattn_fwd_params_size", "tileattn_bwd_params_size",
+                     "tileattn_kvcache_params_size"):
             getattr(lib, name).argtypes = []
             getattr(lib, name).restype = ctypes.c_int64
 
@@ -143,7 +166,8 @@ class _Library:
                 f"{ABI_VERSION}; rebuild the library and the package from one checkout"
             )
         for struct, size_fn in ((FwdParams, lib.tileattn_fwd_params_size),
-                                (BwdParams, lib.tileattn_bwd_params_size)):
+                                (BwdParams, lib.tileattn_bwd_params_size),
+                                (KvCacheParams, lib.tileattn_kvcache_params_size)):
             if ctypes.sizeof(struct) != size_fn():
                 raise ImportError(
                     f"tileattn: ctypes mirror {struct.__name__} is {ctypes.sizeof(struct)} bytes "
@@ -153,6 +177,7 @@ class _Library:
         # Bound C functions, looked up once: attribute access on a CDLL costs ~0.2 us a call.
         self._forward = lib.tileattn_forward
         self._backward = lib.tileattn_backward
+        self._forward_kvcache = lib.tileattn_forward_kvcache
         self._last_error = lib.tileattn_last_error
         self._last_error_argument = lib.tileattn_last_error_argument
 
@@ -171,6 +196,11 @@ class _Library:
 
     def backward(self, params):
         status = self._backward(ctypes.byref(params))
+        if status != OK:
+            self._raise(status)
+
+    def forward_kvcache(self, params):
+        status = self._forward_kvcache(ctypes.byref(params))
         if status != OK:
             self._raise(status)
 

@@ -22,7 +22,7 @@ through torch.library custom ops, and traces under torch.compile(fullgraph=True)
 import torch
 
 from ._checks import Checker
-from ._ffi import InvalidArgumentError
+from ._ffi import DtypeError, InvalidArgumentError
 
 __all__ = [
     "flash_attn_func",
@@ -274,10 +274,79 @@ def flash_attn_with_kvcache(
     num_splits=0,
     return_softmax_lse=False,
 ):
-    """Decode attention over a (paged) KV cache, with in-place append and rotary.
+    """Attention over a KV cache, with the new tokens appended in place (flash-attn 2.x).
 
-    Not implemented yet: the signature is flash-attn 2.x's so callers can be written now.
+    q (batch, seqlen_q, nheads, headdim); k_cache/v_cache (batch_cache, seqlen_cache, nheads_k,
+    headdim), or paged (num_blocks, page_size, nheads_k, headdim) with block_table (batch,
+    max_blocks) int32 and page_size a multiple of 16; k/v (batch, seqlen_new, nheads_k, headdim)
+    are written into the cache at cache_seqlens (int or (batch,) int32) before attending.
+    rotary_cos/rotary_sin (seqlen_ro, rotary_dim / 2) rotate k at positions cache_seqlens + i, and
+    q there too when causal or windowed (else all of q at cache_seqlens); rotary_interleaved
+    picks pairs (0,1),(2,3).. over halves.  cache_batch_idx maps sequences to cache entries (rows
+    of block_table when paged); cache_leftpad marks where each sequence's keys start.  Returns out,
+    or (out, softmax_lse) with return_softmax_lse.  The CPU backend runs it today; CUDA tensors get
+    an error until the decode kernel lands.
     """
-    raise NotImplementedError(
-        "flash_attn_with_kvcache is not implemented in tileattn yet (it lands with the decode "
-        "kernels); use flash_attn_func or flash_attn_varlen_func with the cache sliced to length")
+    check = Checker("flash_attn_with_kvcache")
+    check.dims(q, "q", 4, _BATCH_LAYOUT)
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check.dims(x, name, 4, "(batch_cache, seqlen_cache, nheads_k, headdim) or (num_blocks, "
+                   "page_size, nheads_k, headdim)")
+        if x.stride(-1) != 1:
+            check.fail(InvalidArgumentError, name, "must have a contiguous last dim (it is "
+                       "written in place, so tileattn cannot copy it)")
+    tensors = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)]
+    if (k is None) != (v is None):
+        check.fail(InvalidArgumentError, "k" if k is None else "v", "k and v must be given together")
+    if k is not None:
+        for name, x in (("k", k), ("v", v)):
+            check.dims(x, name, 4, _BATCH_LAYOUT)
+        tensors += [("k", k), ("v", v)]
+        if k.shape[0] != q.shape[0] or k.shape[2:] != k_cache.shape[2:] or v.shape != k.shape:
+            check.fail(InvalidArgumentError, "k", f"shape {tuple(k.shape)} must be (batch, "
+                       f"seqlen_new, {k_cache.shape[2]}, {k_cache.shape[3]}) with q's batch "
+                       f"{q.shape[0]}, and v's shape must match")
+    if (rotary_cos is None) != (rotary_sin is None):
+        check.fail(InvalidArgumentError, "rotary_sin" if rotary_sin is None else "rotary_cos",
+                   "rotary_cos and rotary_sin must be given together")
+    if rotary_cos is not None:
+        tensors += [("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)]
+        if rotary_cos.dim() != 2 or rotary_sin.shape != rotary_cos.shape:
+            check.fail(InvalidArgumentError, "rotary_cos", "rotary_cos and rotary_sin must both "
+                       f"be (seqlen_ro, rotary_dim / 2); got {tuple(rotary_cos.shape)} and "
+                       f"{tuple(rotary_sin.shape)}")
+    check.dtype_and_device(tensors)
+    check.heads(q, k_cache, v_cache, ("q", "k_cache", "v_cache"), seq_dim=0)
+    batch = q.shape[0]
+    if cache_seqlens is None:
+        check.fail(InvalidArgumentError, "cache_seqlens", "is required (int or (batch,) int32)")
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    index_tensors = (("cache_seqlens", cache_seqlens, (batch,)),
+                     ("cache_batch_idx", cache_batch_idx, (batch,)),
+                     ("cache_leftpad", cache_leftpad, (batch,)),
+                     ("block_table", block_table, None))
+    for name, x, shape in index_tensors:
+        if x is None:
+            continue
+        check.tensor(x, name)
+        if x.dtype != torch.int32:
+            check.fail(DtypeError, name, f"must be int32, got {x.dtype}")
+        if x.device != q.device:
+            check.fail(InvalidArgumentError, name, f"is on {x.device} but q is on {q.device}")
+        if shape is not None and tuple(x.shape) != shape:
+            check.fail(InvalidArgumentError, name, f"shape {tuple(x.shape)} must be {shape}")
+    if block_table is not None and (block_table.dim() != 2 or block_table.stride(1) != 1):
+        check.fail(InvalidArgumentError, "block_table",
+                   f"must be a row-contiguous (batch, max_blocks) matrix, got {tuple(block_table.shape)}")
+    cache_seqlens, cache_batch_idx, cache_leftpad = (
+        None if x is None else x.contiguous() for x in (cache_seqlens, cache_batch_idx, cache_leftpad))
+    _, scale, left, right, softcap = _options(check, q, 0.0, softmax_scale, causal, window_size, softcap)
+    alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[2], q.device)
+    if not isinstance(num_splits, int) or num_splits < 0:
+        check.fail(InvalidArgumentError, "num_splits", f"must be an int >= 0, got {num_splits!r}")
+    out, lse = torch.ops.tileattn.kvcache_fwd(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, scale, left, right, softcap, bool(rotary_interleaved),
+        alibi_slopes, num_splits)
+    return (out, lse) if return_softmax_lse else out

@@ -8,6 +8,7 @@ namespace tileattn {
 
 void cpu_forward(const ForwardParams& params);
 void cpu_backward(const BackwardParams& params);
+void cpu_forward_kvcache(const KvCacheParams& params);
 
 #ifdef TILEATTN_WITH_CUDA
 void cuda_forward(const ForwardParams& params);

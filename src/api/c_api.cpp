@@ -62,6 +62,16 @@ int tileattn_forward(const tileattn_fwd_params* params) {
   return guarded([&] { tileattn::forward(non_null(params)); });
 }
 
+void tileattn_kvcache_params_init(tileattn_kvcache_params* params) {
+  std::memset(params, 0, sizeof(*params));
+  tileattn_fwd_params_init(&params->fwd);
+  params->rotary_interleaved = 1;
+}
+
+int tileattn_forward_kvcache(const tileattn_kvcache_params* params) {
+  return guarded([&] { tileattn::forward_kvcache(non_null(params)); });
+}
+
 int tileattn_backward(const tileattn_bwd_params* params) {
   return guarded([&] { tileattn::backward(non_null(params)); });
 }
@@ -80,5 +90,6 @@ int tileattn_has_cuda(void) {
 
 int64_t tileattn_fwd_params_size(void) { return sizeof(tileattn_fwd_params); }
 int64_t tileattn_bwd_params_size(void) { return sizeof(tileattn_bwd_params); }
+int64_t tileattn_kvcache_params_size(void) { return sizeof(tileattn_kvcache_params); }
 
 }  // extern "C"

@@ -27,6 +27,12 @@ ForwardParams default_forward_params() {
   return p;
 }
 
+KvCacheParams default_kvcache_params() {
+  KvCacheParams p;
+  tileattn_kvcache_params_init(&p);
+  return p;
+}
+
 BackwardParams default_backward_params() {
   BackwardParams p;
   tileattn_bwd_params_init(&p);
@@ -63,6 +69,23 @@ void backward(const BackwardParams& params) {
 #else
   cuda_not_built();
 #endif
+}
+
+}  // namespace tileattn
+
+namespace tileattn {
+
+void forward_kvcache(const KvCacheParams& params) {
+  validate_kvcache(params);
+  KvCacheParams p = params;
+  p.fwd = resolve_defaults(params.fwd);
+  if (p.fwd.device != TILEATTN_DEVICE_CPU) {
+    throw Error(ErrorCode::kUnsupported, "device",
+                "flash_attn_with_kvcache runs on the CPU backend only for now; the CUDA decode "
+                "kernel is not written yet");
+  }
+  validate_kvcache_contents(p);
+  cpu_forward_kvcache(p);
 }
 
 }  // namespace tileattn

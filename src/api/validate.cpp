@@ -192,6 +192,119 @@ void validate_backward(const BackwardParams& p) {
                  f.total_k, f.num_heads_k, true);
 }
 
+void validate_kvcache(const KvCacheParams& p) {
+  const ForwardParams& f = p.fwd;
+  if (f.cu_seqlens_q || f.cu_seqlens_k) {
+    invalid("cu_seqlens_q", "flash_attn_with_kvcache takes no cu_seqlens; use cache_seqlens");
+  }
+  if (f.seqused_k) invalid("seqused_k", "flash_attn_with_kvcache takes no seqused_k; use cache_seqlens");
+  if (f.dropout_p != 0.0f) invalid("dropout_p", "flash_attn_with_kvcache has no dropout");
+  if (f.attn_probs) invalid("attn_probs", "flash_attn_with_kvcache returns no attention probabilities");
+  if (p.cache_seqlens == nullptr && f.batch > 0) invalid("cache_seqlens", "cache_seqlens is required");
+  const bool paged = p.block_table != nullptr;
+  if (p.num_cache_entries < 1) {
+    invalid(paged ? "block_table" : "k_cache", paged ? "block_table has " : "k_cache has ",
+            p.num_cache_entries, " rows; it needs at least 1");
+  }
+  int64_t cache_batches = p.num_cache_entries, cache_rows = f.seqlen_k;
+  if (paged) {
+    if (p.page_size < 16 || p.page_size % 16 != 0) {
+      invalid("block_table", "the page size is ", p.page_size, "; it must be a positive multiple of 16");
+    }
+    if (p.max_blocks < 1 || p.num_blocks < 1) {
+      invalid("block_table", "block_table has ", p.max_blocks, " columns over ", p.num_blocks,
+              " pages; both must be >= 1");
+    }
+    if (static_cast<int64_t>(p.max_blocks) * p.page_size != f.seqlen_k) {
+      invalid("block_table", "seqlen_k (", f.seqlen_k, ") must be max_blocks x page_size (",
+              p.max_blocks, " x ", p.page_size, ")");
+    }
+    if (p.block_table_batch_stride < p.max_blocks) {
+      invalid("block_table", "block_table has a row stride of ", p.block_table_batch_stride,
+              ", less than its ", p.max_blocks, " columns");
+    }
+    cache_batches = p.num_blocks;
+    cache_rows = p.page_size;
+  }
+  // q, out, lse and the options are checked as a batch-form forward whose k/v are the caches'
+  // first entry; the caches themselves below, as the (entries, rows, Hk, D) tensors they are.
+  ForwardParams q_side = f;
+  q_side.seqlen_k = 0;
+  validate_forward(q_side);
+  check_pointer(f.k, "k_cache", cache_batches * cache_rows);
+  check_pointer(f.v, "v_cache", cache_batches * cache_rows);
+  const bool appends = p.k_new != nullptr;
+  check_strides("k_cache", {{cache_batches, f.k_batch_stride}, {cache_rows, f.k_row_stride}, {f.num_heads_k, f.k_head_stride}},
+                f.head_dim, appends);
+  check_strides("v_cache", {{cache_batches, f.v_batch_stride}, {cache_rows, f.v_row_stride}, {f.num_heads_k, f.v_head_stride}},
+                f.head_dim, appends);
+  if ((p.k_new == nullptr) != (p.v_new == nullptr)) {
+    invalid(p.k_new ? "v" : "k", "k and v (the new tokens) must be given together");
+  }
+  if (appends) {
+    if (p.seqlen_new < 1) invalid("k", "k has ", p.seqlen_new, " new tokens; it needs at least 1");
+    check_strides("k", {{f.batch, p.k_new_batch_stride}, {p.seqlen_new, p.k_new_row_stride}, {f.num_heads_k, p.k_new_head_stride}},
+                  f.head_dim, false);
+    check_strides("v", {{f.batch, p.v_new_batch_stride}, {p.seqlen_new, p.v_new_row_stride}, {f.num_heads_k, p.v_new_head_stride}},
+                  f.head_dim, false);
+  }
+  if ((p.rotary_cos == nullptr) != (p.rotary_sin == nullptr)) {
+    invalid(p.rotary_cos ? "rotary_sin" : "rotary_cos", "rotary_cos and rotary_sin must be given together");
+  }
+  if (p.rotary_cos != nullptr) {
+    if (p.rotary_dim < 2 || p.rotary_dim % 2 != 0 || p.rotary_dim > f.head_dim) {
+      invalid("rotary_cos", "rotary_cos covers a rotary dim of ", p.rotary_dim,
+              "; it must be even and between 2 and the head dim ", f.head_dim);
+    }
+    if (p.rotary_seqlen < 1) invalid("rotary_cos", "rotary_cos has ", p.rotary_seqlen, " positions");
+    if (f.dtype == TILEATTN_FLOAT32 && f.device == TILEATTN_DEVICE_CUDA) {
+      fail(ErrorCode::kDtype, "rotary_cos", "rotary_cos must have q's dtype");
+    }
+  }
+  if (p.num_splits < 0) invalid("num_splits", "num_splits is ", p.num_splits, "; it must be >= 0");
+}
+
+void validate_kvcache_contents(const KvCacheParams& p) {
+  const ForwardParams& f = p.fwd;
+  const bool paged = p.block_table != nullptr;
+  for (int b = 0; b < f.batch; ++b) {
+    const int64_t seqlen = p.cache_seqlens[b];
+    const int64_t end = seqlen + (p.k_new ? p.seqlen_new : 0);
+    if (seqlen < 0) invalid("cache_seqlens", "cache_seqlens[", b, "] is ", seqlen, "; it must be >= 0");
+    if (end > f.seqlen_k) {
+      invalid("cache_seqlens", "sequence ", b, " needs ", end, " cache slots (cache_seqlens[", b, "] = ",
+              seqlen, " plus the new tokens); the cache holds ", f.seqlen_k);
+    }
+    if (p.cache_leftpad && (p.cache_leftpad[b] < 0 || p.cache_leftpad[b] > seqlen)) {
+      invalid("cache_leftpad", "cache_leftpad[", b, "] is ", p.cache_leftpad[b],
+              "; it must lie in [0, cache_seqlens[", b, "] = ", seqlen, "]");
+    }
+    const int row = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
+    if (row < 0 || row >= p.num_cache_entries) {
+      invalid(p.cache_batch_idx ? "cache_batch_idx" : "k_cache", "sequence ", b, " uses cache entry ",
+              row, " of ", p.num_cache_entries);
+    }
+    if (!paged) continue;
+    const int64_t first = p.cache_leftpad ? p.cache_leftpad[b] : 0;
+    for (int64_t page = first / p.page_size; page * p.page_size < end; ++page) {
+      const int block = p.block_table[row * p.block_table_batch_stride + page];
+      if (block < 0 || block >= p.num_blocks) {
+        invalid("block_table", "block_table[", row, ", ", page, "] is ", block, "; the cache has ",
+                p.num_blocks, " pages");
+      }
+    }
+  }
+  if (p.rotary_cos != nullptr) {
+    for (int b = 0; b < f.batch; ++b) {
+      const int64_t last = static_cast<int64_t>(p.cache_seqlens[b]) + std::max(p.seqlen_new, f.seqlen_q) - 1;
+      if (last >= p.rotary_seqlen) {
+        invalid("rotary_cos", "sequence ", b, " needs rotary position ", last, "; rotary_cos has ",
+                p.rotary_seqlen, " positions");
+      }
+    }
+  }
+}
+
 void validate_sequence_lengths(const ForwardParams& p) {
   if (is_varlen(p)) {
     struct Side {

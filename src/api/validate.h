@@ -9,9 +9,14 @@ namespace tileattn {
 // Rules that read only the struct (sizes, strides, dtypes, options): cheap, run on every call.
 void validate_forward(const ForwardParams& p);
 void validate_backward(const BackwardParams& p);
+void validate_kvcache(const KvCacheParams& p);
 
 // Rules on the contents of cu_seqlens_q/k and seqused_k.  They read those arrays, so they need
 // host memory: the CPU backend runs them, the CUDA backend only in a debug mode (a device sync).
 void validate_sequence_lengths(const ForwardParams& p);
+
+// Rules on the contents of cache_seqlens, cache_batch_idx, cache_leftpad and block_table (host
+// memory, as above).
+void validate_kvcache_contents(const KvCacheParams& p);
 
 }  // namespace tileattn

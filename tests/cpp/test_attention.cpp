@@ -57,6 +57,12 @@ const char* dtype_label(tileattn_dtype d) {
   return d == TILEATTN_FLOAT32 ? "fp32" : d == TILEATTN_BFLOAT16 ? "bf16" : "fp16";
 }
 
+}  // namespace
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+namespace {
+
 class Attention : public ::testing::TestWithParam<std::tuple<Case, tileattn_dtype>> {};
 
 void expect_within(const char* what, const Errors& e) {

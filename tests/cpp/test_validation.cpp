@@ -202,6 +202,75 @@ TEST(Validation, Backward) {
   expect_backward_error([](Valid& v) { v.b.fwd.out = nullptr; }, "out");
 }
 
+// A valid decode call: B=2, one query token, H=4 over Hk=2, D=8, a contiguous cache of 2 x 16.
+struct KvValid {
+  std::vector<float> q = std::vector<float>(2 * 4 * 8, 0.5f), out = q, lse = std::vector<float>(2 * 4);
+  std::vector<float> cache = std::vector<float>(2 * 16 * 2 * 8, 0.5f), cache_v = cache;
+  std::vector<float> rot = std::vector<float>(32 * 2, 0.5f);
+  std::vector<int32_t> seqlens = {3, 16}, table = {0, 1}, leftpad = {1, 20}, batch_idx = {0, 2};
+  KvCacheParams p = default_kvcache_params();
+  KvValid() {
+    ForwardParams& f = p.fwd;
+    f.q = q.data(), f.out = out.data(), f.softmax_lse = lse.data(), f.k = cache.data(), f.v = cache_v.data();
+    f.batch = 2, f.seqlen_q = 1, f.seqlen_k = 16, f.num_heads = 4, f.num_heads_k = 2, f.head_dim = 8;
+    f.q_batch_stride = f.out_batch_stride = 32, f.q_row_stride = f.out_row_stride = 32;
+    f.q_head_stride = f.out_head_stride = 8;
+    f.k_batch_stride = f.v_batch_stride = 16 * 16, f.k_row_stride = f.v_row_stride = 16;
+    f.k_head_stride = f.v_head_stride = 8;
+    f.lse_batch_stride = 4, f.lse_head_stride = 1;
+    f.dtype = TILEATTN_FLOAT32;
+    p.cache_seqlens = seqlens.data();
+    p.num_cache_entries = 2;
+  }
+};
+
+void expect_kvcache_error(const std::function<void(KvValid&)>& breaks, const std::string& argument) {
+  KvValid v;
+  breaks(v);
+  try {
+    forward_kvcache(v.p);
+    ADD_FAILURE() << "no error; expected one naming " << argument;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+  }
+}
+
+TEST(Validation, KvCache) {
+  KvValid ok;
+  EXPECT_NO_THROW(forward_kvcache(ok.p));
+  expect_kvcache_error([](KvValid& v) { v.p.cache_seqlens = nullptr; }, "cache_seqlens");
+  expect_kvcache_error([](KvValid& v) { v.seqlens = {3, 17}; }, "cache_seqlens");
+  expect_kvcache_error([](KvValid& v) { v.seqlens = {-1, 2}; }, "cache_seqlens");
+  expect_kvcache_error([](KvValid& v) { v.p.cache_leftpad = v.leftpad.data(); }, "cache_leftpad");
+  expect_kvcache_error([](KvValid& v) { v.p.fwd.dropout_p = 0.1f; }, "dropout_p");
+  expect_kvcache_error([](KvValid& v) { v.p.k_new = v.q.data(); }, "v");
+  expect_kvcache_error([](KvValid& v) { v.p.rotary_cos = v.rot.data(); }, "rotary_sin");
+  expect_kvcache_error(
+      [](KvValid& v) {
+        v.p.rotary_cos = v.rot.data(), v.p.rotary_sin = v.rot.data();
+        v.p.rotary_dim = 3, v.p.rotary_seqlen = 32;
+      },
+      "rotary_cos");
+  expect_kvcache_error(
+      [](KvValid& v) {
+        v.p.rotary_cos = v.rot.data(), v.p.rotary_sin = v.rot.data();
+        v.p.rotary_dim = 4, v.p.rotary_seqlen = 10;
+      },
+      "rotary_cos");
+  auto paged = [](KvValid& v, int page_size) {
+    v.p.block_table = v.table.data(), v.p.block_table_batch_stride = 1, v.p.max_blocks = 1;
+    v.p.num_blocks = 2, v.p.page_size = page_size, v.p.fwd.seqlen_k = page_size;
+  };
+  expect_kvcache_error([&](KvValid& v) { paged(v, 8); }, "block_table");
+  expect_kvcache_error(
+      [&](KvValid& v) {
+        paged(v, 16);
+        v.table = {0, 5};
+      },
+      "block_table");
+  expect_kvcache_error([](KvValid& v) { v.p.cache_batch_idx = v.batch_idx.data(); }, "cache_batch_idx");
+}
+
 TEST(Validation, CAbiReportsCodeAndArgument) {
   Valid v;
   v.f.num_heads_k = 3;

@@ -6,7 +6,7 @@ import torch
 
 from tileattn import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                       flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
-                      flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache)
+                      flash_attn_varlen_qkvpacked_func)
 
 
 def t(*shape, dtype=torch.float16, device="cpu"):
@@ -128,8 +128,6 @@ def test_device_mismatch():
 def test_not_implemented_yet():
     with pytest.raises(NotImplementedError, match="block_table"):
         flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 12, 10, block_table=i32(0, 1))
-    with pytest.raises(NotImplementedError, match="flash_attn_with_kvcache"):
-        flash_attn_with_kvcache(q, k, v, cache_seqlens=3)
 
 
 def test_nothing_runs_on_bad_input():

@@ -1,0 +1,141 @@
+// flash_attn_with_kvcache on the CPU: append the new tokens to the cache (rotating k), rotate q,
+// gather each sequence's visible keys into float32 rows, and run the CPU forward on that varlen
+// problem.  The gather costs one pass over the visible cache, the same order as the attention's
+// own reads at one query token; a decode kernel that reads pages in place is the CUDA backend's.
+#include <algorithm>
+#include <cstring>
+#include <cmath>
+#include <vector>
+
+#include "api/backends.h"
+#include "common/kvcache.h"
+#include "cpu/parallel.h"
+#include "cpu/tile_io.h"
+
+namespace tileattn {
+namespace cpu {
+namespace {
+
+// Rotates the first rotary_dim dims of x (float32) by the angle table row of `position`:
+// interleaved pairs (2j, 2j + 1), else halves (j, j + rotary_dim / 2).
+void rotate(const KvCacheParams& p, int64_t position, float* x, std::vector<float>& table) {
+  const int half = p.rotary_dim / 2;
+  table.resize(2 * half);
+  load_row(p.fwd.dtype, p.rotary_cos, position * half, half, table.data());
+  load_row(p.fwd.dtype, p.rotary_sin, position * half, half, table.data() + half);
+  for (int j = 0; j < half; ++j) {
+    const int a = p.rotary_interleaved ? 2 * j : j;
+    const int b = p.rotary_interleaved ? 2 * j + 1 : j + half;
+    const float cos = table[j], sin = table[half + j];
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * cos - x1 * sin;
+    x[b] = x0 * sin + x1 * cos;
+  }
+}
+
+struct RowScratch {
+  std::vector<float> row, table;
+};
+
+// k_cache[pos] = rotary(k_new[i]), v_cache[pos] = v_new[i] for pos = cache_seqlens[b] + i.
+void append(const KvCacheParams& p) {
+  const ForwardParams& f = p.fwd;
+  const int dim = f.head_dim;
+  const size_t element = f.dtype == TILEATTN_FLOAT32 ? 4 : 2;
+  parallel_tasks<RowScratch>(
+      static_cast<int64_t>(f.batch) * p.seqlen_new, f.num_threads, [&] { return RowScratch{std::vector<float>(dim), {}}; },
+      [&](int64_t task, RowScratch& w) {
+        const int b = static_cast<int>(task / p.seqlen_new), i = static_cast<int>(task % p.seqlen_new);
+        const int64_t pos = static_cast<int64_t>(p.cache_seqlens[b]) + i;
+        for (int h = 0; h < f.num_heads_k; ++h) {
+          load_row(f.dtype, p.k_new, b * p.k_new_batch_stride + i * p.k_new_row_stride + h * p.k_new_head_stride,
+                   dim, w.row.data());
+          if (p.rotary_cos) rotate(p, pos, w.row.data(), w.table);
+          store_row(f.dtype, w.row.data(), dim, const_cast<void*>(f.k),
+                    cache_row_offset(p, b, pos, f.k_batch_stride, f.k_row_stride) + h * f.k_head_stride);
+          const int64_t v_from = b * p.v_new_batch_stride + i * p.v_new_row_stride + h * p.v_new_head_stride;
+          const int64_t v_to = cache_row_offset(p, b, pos, f.v_batch_stride, f.v_row_stride) + h * f.v_head_stride;
+          std::memcpy(static_cast<char*>(const_cast<void*>(f.v)) + v_to * element,
+                      static_cast<const char*>(p.v_new) + v_from * element, dim * element);
+        }
+      });
+}
+
+}  // namespace
+}  // namespace cpu
+
+void cpu_forward_kvcache(const KvCacheParams& p) {
+  using namespace cpu;
+  const ForwardParams& f = p.fwd;
+  const int B = f.batch, Sq = f.seqlen_q, H = f.num_heads, Hk = f.num_heads_k, D = f.head_dim;
+  if (p.k_new != nullptr) append(p);
+
+  // q as float32 rows (B * Sq, H, D), rotated at cache_seqlens + i when causal or windowed (each
+  // row its own position), else all at cache_seqlens.
+  const bool per_row_position = f.window_left >= 0 || f.window_right >= 0;
+  std::vector<float> q(static_cast<size_t>(B) * Sq * H * D);
+  parallel_tasks<RowScratch>(
+      static_cast<int64_t>(B) * Sq, f.num_threads, [] { return RowScratch{}; },
+      [&](int64_t task, RowScratch& w) {
+        const int b = static_cast<int>(task / Sq), i = static_cast<int>(task % Sq);
+        for (int h = 0; h < H; ++h) {
+          float* row = q.data() + (task * H + h) * D;
+          load_row(f.dtype, f.q, b * f.q_batch_stride + i * f.q_row_stride + h * f.q_head_stride, D, row);
+          if (p.rotary_cos) rotate(p, p.cache_seqlens[b] + (per_row_position ? i : 0), row, w.table);
+        }
+      });
+
+  // Each sequence's visible keys, packed: cache positions [first, end).
+  std::vector<int32_t> cu_q(B + 1), cu_k(B + 1, 0);
+  int max_k = 0;
+  for (int b = 0; b < B; ++b) {
+    cu_q[b + 1] = (b + 1) * Sq;
+    const int keys = static_cast<int>(cache_end_key(p, b) - cache_first_key(p, b));
+    cu_k[b + 1] = cu_k[b] + keys;
+    max_k = std::max(max_k, keys);
+  }
+  const int64_t total_k = cu_k[B];
+  std::vector<float> k(static_cast<size_t>(total_k) * Hk * D), v(k.size());
+  struct None {};
+  parallel_tasks<None>(
+      B, f.num_threads, [] { return None{}; },
+      [&](int64_t b, None&) {
+        const int64_t first = cache_first_key(p, static_cast<int>(b));
+        for (int64_t r = cu_k[b]; r < cu_k[b + 1]; ++r) {
+          const int64_t pos = first + r - cu_k[b];
+          for (int h = 0; h < Hk; ++h) {
+            load_row(f.dtype, f.k, cache_row_offset(p, b, pos, f.k_batch_stride, f.k_row_stride) + h * f.k_head_stride, D,
+                     k.data() + (r * Hk + h) * D);
+            load_row(f.dtype, f.v, cache_row_offset(p, b, pos, f.v_batch_stride, f.v_row_stride) + h * f.v_head_stride, D,
+                     v.data() + (r * Hk + h) * D);
+          }
+        }
+      });
+
+  // The attention itself: a float32 varlen forward.
+  const int64_t total_q = static_cast<int64_t>(B) * Sq;
+  std::vector<float> out(q.size()), lse(static_cast<size_t>(H) * total_q);
+  ForwardParams g = f;
+  g.q = q.data(), g.k = k.data(), g.v = v.data(), g.out = out.data(), g.softmax_lse = lse.data();
+  g.q_batch_stride = g.k_batch_stride = g.v_batch_stride = g.out_batch_stride = 0;
+  g.q_row_stride = g.out_row_stride = static_cast<int64_t>(H) * D;
+  g.k_row_stride = g.v_row_stride = static_cast<int64_t>(Hk) * D;
+  g.q_head_stride = g.k_head_stride = g.v_head_stride = g.out_head_stride = D;
+  g.lse_batch_stride = 0, g.lse_head_stride = total_q;
+  g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = cu_k.data(), g.seqused_k = nullptr;
+  g.total_q = total_q, g.total_k = total_k, g.seqlen_k = max_k;
+  g.dtype = TILEATTN_FLOAT32;
+  cpu_forward(g);
+
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < Sq; ++i) {
+      for (int h = 0; h < H; ++h) {
+        store_row(f.dtype, out.data() + ((static_cast<int64_t>(b) * Sq + i) * H + h) * D, D, f.out,
+                  b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride);
+        f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse[h * total_q + b * Sq + i];
+      }
+    }
+  }
+}
+
+}  // namespace tileattn
