@@ -36,9 +36,9 @@ struct BackwardScratch {
   std::vector<float> q, dout, k, v;  // converted tiles (not float32)
   std::vector<float> dk, dv, probs, dprobs, dtanh, lse_log2, delta;
   explicit BackwardScratch(int dim)
-      : q(kBlockM * dim), dout(kBlockM * dim), k(kBlockN * dim), v(kBlockN * dim),
-        dk(kBlockN * dim), dv(kBlockN * dim), probs(kBlockM * kBlockN),
-        dprobs(kBlockM * kBlockN), dtanh(kBlockM * kBlockN), lse_log2(kBlockM), delta(kBlockM) {}
+      : q(kBwdBlockM * dim), dout(kBwdBlockM * dim), k(kBwdBlockN * dim), v(kBwdBlockN * dim),
+        dk(kBwdBlockN * dim), dv(kBwdBlockN * dim), probs(kBwdBlockM * kBwdBlockN),
+        dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN), lse_log2(kBwdBlockM), delta(kBwdBlockM) {}
 };
 
 StridedRows q_like(const void* data, int64_t b, int64_t r, int64_t h) { return {data, b, r, h, false}; }
@@ -92,22 +92,22 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
   const StridedRows& v = in.v.rows;
   const bool softcap = rule.softcap_log2 > 0.0f;
 
-  const int key_tiles = ceil_div(seq.seqlen_k, kBlockN);
+  const int key_tiles = ceil_div(seq.seqlen_k, kBwdBlockN);
   const int tiles_per_chunk = ceil_div(key_tiles, buf.chunks);
   const int tile_end = std::min(key_tiles, (task.chunk + 1) * tiles_per_chunk);
   float* dq_partial = buf.dq_partial.data() +
                       (static_cast<int64_t>(task.chunk) * f.num_heads + task.head) * buf.q_rows * dim;
 
   for (int key_tile = task.chunk * tiles_per_chunk; key_tile < tile_end; ++key_tile) {
-    const int col0 = key_tile * kBlockN;
-    const int cols = std::min(kBlockN, seq.seqlen_k - col0);
+    const int col0 = key_tile * kBwdBlockN;
+    const int cols = std::min(kBwdBlockN, seq.seqlen_k - col0);
     const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
     const Matrix v_tile = tile_operand(TILEATTN_FLOAT32, v, seq, col0, cols, head_k, dim, w.v.data());
     std::fill(w.dk.begin(), w.dk.end(), 0.0f);
     std::fill(w.dv.begin(), w.dv.end(), 0.0f);
 
-    for (int row0 = 0; row0 < seq.seqlen_q; row0 += kBlockM) {
-      const int rows = std::min(kBlockM, seq.seqlen_q - row0);
+    for (int row0 = 0; row0 < seq.seqlen_q; row0 += kBwdBlockM) {
+      const int rows = std::min(kBwdBlockM, seq.seqlen_q - row0);
       const KeySpan span = key_span(rule, row0, rows);
       if (span.first > span.last || span.last < col0 || span.first >= col0 + cols) continue;
 
@@ -120,40 +120,40 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       }
 
       // P = 2^(t - LSE log2 e), recomputed from Q, K and the saved LSE.
-      gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBlockN);
-      finish_scores(rule, w.probs.data(), kBlockN, row0, rows, col0, cols,
+      gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBwdBlockN);
+      finish_scores(rule, w.probs.data(), kBwdBlockN, row0, rows, col0, cols,
                     !tile_is_clean(span, col0, cols), softcap ? w.dtanh.data() : nullptr);
       for (int r = 0; r < rows; ++r) {
-        float* prob = w.probs.data() + r * kBlockN;
+        float* prob = w.probs.data() + r * kBwdBlockN;
         exp2_shifted(prob, w.lse_log2[r], cols, prob);
       }
       // dP = dO V^T
-      gemm_nt(rows, cols, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBlockN);
+      gemm_nt(rows, cols, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
 
       if (dropout.enabled) {
         // The forward used Z o P / (1 - p): dV sees the dropped P, dS the dropped dP.
         for (int r = 0; r < rows; ++r) {
-          dropout.apply_row(w.dprobs.data() + r * kBlockN, row0 + r, col0, cols, false);
+          dropout.apply_row(w.dprobs.data() + r * kBwdBlockN, row0 + r, col0, cols, false);
         }
       }
       // dS = P o (dP - D), times tanh' under softcap.  Computed before P is overwritten by Z o P.
       for (int r = 0; r < rows; ++r) {
-        const float* prob = w.probs.data() + r * kBlockN;
-        float* ds = w.dprobs.data() + r * kBlockN;
+        const float* prob = w.probs.data() + r * kBwdBlockN;
+        float* ds = w.dprobs.data() + r * kBwdBlockN;
         for (int c = 0; c < cols; ++c) ds[c] = prob[c] * (ds[c] - w.delta[r]);
         if (softcap) {
-          const float* dt = w.dtanh.data() + r * kBlockN;
+          const float* dt = w.dtanh.data() + r * kBwdBlockN;
           for (int c = 0; c < cols; ++c) ds[c] *= dt[c];
         }
       }
       if (dropout.enabled) {
         for (int r = 0; r < rows; ++r) {
-          dropout.apply_row(w.probs.data() + r * kBlockN, row0 + r, col0, cols, false);
+          dropout.apply_row(w.probs.data() + r * kBwdBlockN, row0 + r, col0, cols, false);
         }
       }
       // dV += (Z o P)^T dO;  dK += dS^T Q;  dQ += dS K.
-      const Matrix p_tile{w.probs.data(), kBlockN};
-      const Matrix ds_tile{w.dprobs.data(), kBlockN};
+      const Matrix p_tile{w.probs.data(), kBwdBlockN};
+      const Matrix ds_tile{w.dprobs.data(), kBwdBlockN};
       gemm_tn(cols, dim, rows, p_tile, dout_tile, 1.0f, w.dv.data(), dim);
       gemm_tn(cols, dim, rows, ds_tile, q_tile, 1.0f, w.dk.data(), dim);
       gemm_nn(rows, dim, cols, ds_tile, k_tile, 1.0f, dq_partial + packed_q_row(f, seq, row0) * dim, dim);
@@ -229,7 +229,7 @@ void cpu_backward(const BackwardParams& p) {
   // threads; each chunk costs one more float32 dQ partial of q_rows x D per head.
   const int threads = resolve_threads(f.num_threads);
   const int64_t pairs = static_cast<int64_t>(f.batch) * f.num_heads;
-  const int max_key_tiles = std::max(1, ceil_div(f.seqlen_k, kBlockN));
+  const int max_key_tiles = std::max(1, ceil_div(f.seqlen_k, kBwdBlockN));
   buf.chunks = static_cast<int>(
       std::clamp<int64_t>((2 * threads + pairs - 1) / std::max<int64_t>(pairs, 1), 1, max_key_tiles));
   const int64_t dim = f.head_dim;

@@ -1,5 +1,5 @@
 // The CPU forward: FlashAttention-2's Algorithm 1 on float32 tiles.  One task owns one query tile
-// of one (batch, head) and sweeps the key tiles it can see, keeping only kBlockM x kBlockN scores
+// of one (batch, head) and sweeps the key tiles it can see, keeping only kFwdBlockM x kFwdBlockN scores
 // alive at a time; no seqlen^2 buffer exists.
 #include <algorithm>
 #include <cstring>
@@ -25,8 +25,8 @@ struct ForwardScratch {
   std::vector<RowSoftmax> rows;
 
   explicit ForwardScratch(int dim)
-      : q(kBlockM * dim), k(kBlockN * dim), v(kBlockN * dim), scores(kBlockM * kBlockN),
-        out(kBlockM * dim), rows(kBlockM) {}
+      : q(kFwdBlockM * dim), k(kFwdBlockN * dim), v(kFwdBlockN * dim), scores(kFwdBlockM * kFwdBlockN),
+        out(kFwdBlockM * dim), rows(kFwdBlockM) {}
 };
 
 struct QueryTile {
@@ -47,13 +47,13 @@ void write_probs(const ForwardParams& p, const ScoreRule& rule, const KeySpan& s
                  const DropoutRule& dropout, const QueryTile& tile, int rows, const Matrix& q_tile,
                  const StridedRows& k, const SequenceView& seq, int head_k, ForwardScratch& w) {
   const int dim = p.head_dim;
-  for (int col0 = span.first; col0 <= span.last; col0 += kBlockN) {
-    const int cols = std::min(kBlockN, span.last + 1 - col0);
+  for (int col0 = span.first; col0 <= span.last; col0 += kFwdBlockN) {
+    const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
     const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
-    gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kBlockN);
-    finish_scores(rule, w.scores.data(), kBlockN, tile.row0, rows, col0, cols, true, nullptr);
+    gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kFwdBlockN);
+    finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols, true, nullptr);
     for (int r = 0; r < rows; ++r) {
-      float* prob = w.scores.data() + r * kBlockN;
+      float* prob = w.scores.data() + r * kFwdBlockN;
       exp2_shifted(prob, w.rows[r].lse() * kLog2e, cols, prob);
       if (dropout.enabled) dropout.apply_row(prob, tile.row0 + r, col0, cols, true);
       float* dst = p.attn_probs + tile.batch_index * p.probs_batch_stride +
@@ -66,7 +66,7 @@ void write_probs(const ForwardParams& p, const ScoreRule& rule, const KeySpan& s
 void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& tile, ForwardScratch& w) {
   const SequenceView seq = sequence_view(p, tile.batch_index);
   const int dim = p.head_dim;
-  const int rows = std::min(kBlockM, seq.seqlen_q - tile.row0);
+  const int rows = std::min(kFwdBlockM, seq.seqlen_q - tile.row0);
   const int head_k = tile.head / (p.num_heads / p.num_heads_k);
   const StridedRows& q = in.q.rows;
   const StridedRows& k = in.k.rows;
@@ -79,20 +79,20 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   std::fill(w.rows.begin(), w.rows.end(), RowSoftmax{});
 
   const KeySpan span = key_span(rule, tile.row0, rows);
-  for (int col0 = span.first; col0 <= span.last; col0 += kBlockN) {
-    const int cols = std::min(kBlockN, span.last + 1 - col0);
+  for (int col0 = span.first; col0 <= span.last; col0 += kFwdBlockN) {
+    const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
     const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
     const Matrix v_tile = tile_operand(TILEATTN_FLOAT32, v, seq, col0, cols, head_k, dim, w.v.data());
 
     // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.
-    gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kBlockN);
-    finish_scores(rule, w.scores.data(), kBlockN, tile.row0, rows, col0, cols,
+    gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kFwdBlockN);
+    finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols,
                   !tile_is_clean(span, col0, cols), nullptr);
 
     // m_new = max(m, rowmax(t));  P = 2^(t - m_new);  l = 2^(m - m_new) l + rowsum(P);
     // O = 2^(m - m_new) O  (the division by l is deferred to the end).
     for (int r = 0; r < rows; ++r) {
-      float* t = w.scores.data() + r * kBlockN;
+      float* t = w.scores.data() + r * kFwdBlockN;
       float rescale;
       const float base = w.rows[r].update_max(row_max(t, cols), &rescale);
       w.rows[r].sum += exp2_shifted_sum(t, base, cols, t);
@@ -100,7 +100,7 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
       if (dropout.enabled) dropout.apply_row(t, tile.row0 + r, col0, cols, false);
     }
     // O += P V
-    gemm_nn(rows, dim, cols, Matrix{w.scores.data(), kBlockN}, v_tile, 1.0f, w.out.data(), dim);
+    gemm_nn(rows, dim, cols, Matrix{w.scores.data(), kFwdBlockN}, v_tile, 1.0f, w.out.data(), dim);
   }
 
   // O = O / l, LSE = m + log l: the one final rescale.
@@ -133,8 +133,8 @@ std::vector<QueryTile> query_tiles(const ForwardParams& p) {
     const int seqlen_q = sequence_view(p, b).seqlen_q;
     // Last tiles first: under a causal mask they see the most keys, and starting the longest
     // tasks early evens out the threads' finishing times.
-    for (int tile = ceil_div(seqlen_q, kBlockM) - 1; tile >= 0; --tile) {
-      for (int h = 0; h < p.num_heads; ++h) tiles.push_back({b, h, tile * kBlockM});
+    for (int tile = ceil_div(seqlen_q, kFwdBlockM) - 1; tile >= 0; --tile) {
+      for (int h = 0; h < p.num_heads; ++h) tiles.push_back({b, h, tile * kFwdBlockM});
     }
   }
   return tiles;

@@ -7,20 +7,17 @@
 
 namespace tileattn::cpu {
 
-// Query rows per task and keys per step.  128 x 128: the K and V tiles (128 x D floats, 64 KiB
-// at D = 128) and the 64 KiB score tile stay in a core's 1 MiB L2, and sgemm gets products of
-// 128 x 128 x D, large enough to run near its peak.  Measured on 2 Zen 4 cores (bench/cpu.py,
-// B=1 H=8 S=2048): 64 x 128 gave 121-145 GFLOP/s forward, 128 x 128 139-148, 128 x 256 129-151
-// (docs/perf-log.md).
-// TILEATTN_CPU_BLOCK_M/N override them for tuning runs (bench/cpu.py against two builds).
-#ifndef TILEATTN_CPU_BLOCK_M
-#define TILEATTN_CPU_BLOCK_M 128
-#endif
-#ifndef TILEATTN_CPU_BLOCK_N
-#define TILEATTN_CPU_BLOCK_N 128
-#endif
-constexpr int kBlockM = TILEATTN_CPU_BLOCK_M;
-constexpr int kBlockN = TILEATTN_CPU_BLOCK_N;
+// Tile sizes: query rows x keys per step.  K/V tiles of 128-256 x D floats (up to 128 KiB at
+// D = 128) and score tiles of 32-128 KiB stay in a core's 1 MiB L2, and sgemm gets products
+// large enough to run near its peak.  Measured on 2 Zen 4 cores, B=1 H=8 S=2048, quiet machine
+// (GFLOP/s fwd / bwd at fp32 D128; docs/perf-log.md has the rest): 128 x 128 148-151 / 150-155,
+// 128 x 256 150 / 158-164, 256 x 128 164 / 156.  The forward takes 256 x 128 (fewer passes of
+// the online-softmax rescale per query row), the backward 128 x 256 (a task owns 256 keys, so
+// dK/dV partials are written half as often).
+constexpr int kFwdBlockM = 256;
+constexpr int kFwdBlockN = 128;
+constexpr int kBwdBlockM = 128;
+constexpr int kBwdBlockN = 256;
 
 // log2(e): scores are kept in base 2 so the softmax uses exp2 (FA2's "scale folded into exp2").
 constexpr float kLog2e = 1.4426950408889634f;
