@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The GPU test suite and benchmark in one device call (see README, "CUDA"): the pytest suite on
+# CUDA tensors, the standalone forward and backward checks, compute-sanitizer memcheck, then the
+# FA sweep (forward and backward, tileattn next to SDPA flash and cuDNN) with its plot.
+# Usage (repo root, on the GPU machine): bash scripts/gpu_suite.sh [libtileattn.so] [tests|bench|all]
+set -u -o pipefail
+LIB=$(realpath "${1:-build-final/src/libtileattn.so}")
+WHAT=${2:-all}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export TILEATTN_LIBRARY=$LIB PYTHONPATH=$PWD/python:$PWD/tests/python PYTHONUNBUFFERED=1
+rc=0
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.log"
+if [[ $WHAT == all || $WHAT == tests ]]; then
+  TILEATTN_TEST_DEVICES=cuda python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 \
+    | tee "$OUT/pytest_cuda.log" | tail -4 || rc=1
+  python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward.log" 2>&1 || rc=1
+  tail -2 "$OUT/check_forward.log"
+  python3 tests/cuda/check_backward.py > "$OUT/check_backward.log" 2>&1 || rc=1
+  tail -1 "$OUT/check_backward.log"
+  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_backward.py \
+    > "$OUT/sanitize_backward.log" 2>&1 || rc=1
+  tail -2 "$OUT/sanitize_backward.log"
+fi
+if [[ $WHAT == all || $WHAT == bench ]]; then
+  python3 bench/gpu/sweep.py --out "$OUT/sweep.csv" 2>&1 | tee "$OUT/sweep.log" | tail -40
+  python3 bench/gpu/plot.py "$OUT/sweep.csv" "$OUT/sweep.png"
+fi
+exit $rc

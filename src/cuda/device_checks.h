@@ -1,0 +1,50 @@
+// Checks only the CUDA side can make: the GPU's architecture, that pointers are device memory,
+// and that the problem fits the launch grid.  Shared by the forward and the backward.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/check.h"
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn::cuda {
+
+inline void require_sm80() {
+  int device = 0, major = 0, minor = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  if (major < 8) {
+    throw Error(ErrorCode::kUnsupported, "q",
+                "the CUDA backend needs compute capability 8.0 or newer (Ampere); this GPU is sm" +
+                    std::to_string(major) + std::to_string(minor));
+  }
+}
+
+// nullptr passes (optional arguments); host memory does not.
+inline void require_device_pointer(const void* ptr, const char* name) {
+  if (ptr == nullptr) return;
+  cudaPointerAttributes attributes;
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();  // clear the error so later calls are not blamed for it
+    throw Error(ErrorCode::kInvalidArgument, name, std::string(name) + " is not a CUDA pointer");
+  }
+  if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
+    throw Error(ErrorCode::kInvalidArgument, name,
+                std::string(name) + " must point to device memory for the CUDA backend");
+  }
+}
+
+// Grids put sequences on y and heads on z, each limited to 65535.
+inline void require_grid_fits(const tileattn_fwd_params& p) {
+  if (p.batch > 65535) {
+    throw Error(ErrorCode::kUnsupported, "q", "the CUDA backend handles at most 65535 sequences per call");
+  }
+  if (p.num_heads > 65535) {
+    throw Error(ErrorCode::kUnsupported, "q", "the CUDA backend handles at most 65535 heads");
+  }
+}
+
+}  // namespace tileattn::cuda
