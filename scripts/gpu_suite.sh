@@ -14,8 +14,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OU
 if [[ $WHAT == all || $WHAT == tests ]]; then
   TILEATTN_TEST_DEVICES=cuda python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 \
     | tee "$OUT/pytest_cuda.log" | tail -4 || rc=1
-  python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward.log" 2>&1 || rc=1
-  tail -2 "$OUT/check_forward.log"
+  if [[ ${SKIP_CHECK_FORWARD:-0} != 1 ]]; then
+    python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward.log" 2>&1 || rc=1
+    tail -2 "$OUT/check_forward.log"
+  fi
   python3 tests/cuda/check_backward.py > "$OUT/check_backward.log" 2>&1 || rc=1
   tail -1 "$OUT/check_backward.log"
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_backward.py \
