@@ -12,10 +12,7 @@ Usage: python3 bench/gpu/fwd_sweep.py [--lib path/to/libtileattn.so] [--out file
 import argparse
 import ctypes
 import datetime
-import math
 import os
-import statistics
-import subprocess
 import sys
 
 import torch
@@ -24,28 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cuda"))
-
-
-def time_ms(fn, runs, warmup=5):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def git_commit():
-    try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except Exception:  # the device copy may have no .git
-        return os.environ.get("TILEATTN_COMMIT", "unknown")
+from timing import git_commit, median_ms  # noqa: E402
 
 
 def main():
@@ -95,10 +71,10 @@ def main():
                                "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}.get(name)
                     try:
                         if backend is None:
-                            ms = time_ms(fn, args.runs)
+                            ms = median_ms(fn, args.runs)
                         else:
                             with sdpa_kernel(backend):
-                                ms = time_ms(fn, args.runs)
+                                ms = median_ms(fn, args.runs)
                         result[name] = flops / ms / 1e9
                     except Exception as e:  # a backend that refuses a shape is recorded as missing
                         print(f"  {name} failed: {e}")

@@ -12,31 +12,15 @@ import argparse
 import csv
 import datetime
 import os
-import statistics
-import subprocess
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tileattn
+from timing import ROOT, git_commit, median_ms
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BACKENDS = ("tileattn", "flash", "cudnn")
-
-
-def median_ms(fn, runs, warmup=5):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def attention_fn(backend, q, k, v, causal):
@@ -78,14 +62,6 @@ def measure(backend, seqlen, headdim, causal, runs, directions):
     except RuntimeError as error:  # a backend that rejects the shape: record it as missing
         print(f"# {backend} S={seqlen} d={headdim} causal={causal}: {str(error).splitlines()[0]}")
     return batch, heads, result
-
-
-def git_commit():
-    try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("TILEATTN_COMMIT", "unknown")
 
 
 def main():
