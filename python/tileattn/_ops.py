@@ -166,8 +166,7 @@ def _empty_probs(device):
 # ---------------------------------------------------------------------------------------------
 # Batch form: q (B, Sq, H, D), k/v (B, Sk, Hk, D); lse (B, H, Sq); probs (B, H, Sq, Sk).
 
-@torch.library.custom_op("tileattn::fwd", mutates_args=())
-def fwd(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, softmax_scale: float,
+def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, softmax_scale: float,
         window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
         return_probs: bool, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state).  `deterministic`
@@ -190,6 +189,9 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, softmax_scale: float,
     if probs is None:
         probs = _empty_probs(q.device)
     return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
+
+
+fwd = torch.library.custom_op("tileattn::fwd", mutates_args=())(_fwd_impl)
 
 
 @fwd.register_fake
@@ -254,8 +256,7 @@ def _fwd_backward(ctx, dout, _dlse, _dprobs, _drng):
 # Varlen form: q (total_q, H, D), k/v (total_k, Hk, D), cu_seqlens int32 (B + 1);
 # lse (H, total_q); probs (B, H, max_seqlen_q, max_seqlen_k).
 
-@torch.library.custom_op("tileattn::varlen_fwd", mutates_args=())
-def varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+def _varlen_fwd_impl(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
                dropout_p: float, softmax_scale: float, window_left: int, window_right: int,
                softcap: float, alibi_slopes: Optional[Tensor], return_probs: bool,
@@ -280,6 +281,9 @@ def varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens
     if probs is None:
         probs = _empty_probs(q.device)
     return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
+
+
+varlen_fwd = torch.library.custom_op("tileattn::varlen_fwd", mutates_args=())(_varlen_fwd_impl)
 
 
 @varlen_fwd.register_fake
@@ -374,8 +378,7 @@ def _opt_ptr(x):
     return 0 if x is None else x.data_ptr()
 
 
-@torch.library.custom_op("tileattn::kvcache_fwd", mutates_args=("k_cache", "v_cache"))
-def kvcache_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
+def _kvcache_fwd_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
                 v: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor],
                 cache_seqlens: Tensor, cache_batch_idx: Optional[Tensor],
                 cache_leftpad: Optional[Tensor], block_table: Optional[Tensor],
@@ -423,9 +426,46 @@ def kvcache_fwd(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
     return out, lse
 
 
+kvcache_fwd = torch.library.custom_op(
+    "tileattn::kvcache_fwd", mutates_args=("k_cache", "v_cache"))(_kvcache_fwd_impl)
+
+
 @kvcache_fwd.register_fake
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
       cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
       rotary_interleaved, alibi_slopes, num_splits):
     batch, seqlen_q, num_heads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((batch, num_heads, seqlen_q), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Eager calls that autograd does not record skip the custom-op dispatch: the op's own
+# implementation runs directly, the same computation without ~20 us (this machine) to ~60 us (the
+# H200 host) of dispatch per call (docs/perf-log.md).  Anything that traces or records -- dynamo,
+# a dispatch mode such as FakeTensorMode or make_fx, tensor subclasses, inputs requiring grad --
+# goes through the op.
+
+def _dispatch_needed(*tensors):
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        return True
+    grad = torch.is_grad_enabled()
+    return any(t is not None and (type(t) is not torch.Tensor or (grad and t.requires_grad))
+               for t in tensors)
+
+
+def call_fwd(q, k, v, *options):
+    if _dispatch_needed(q, k, v):
+        return torch.ops.tileattn.fwd(q, k, v, *options)
+    return _fwd_impl(q, k, v, *options)
+
+
+def call_varlen_fwd(q, k, v, *options):
+    if _dispatch_needed(q, k, v):
+        return torch.ops.tileattn.varlen_fwd(q, k, v, *options)
+    return _varlen_fwd_impl(q, k, v, *options)
+
+
+def call_kvcache_fwd(q, k_cache, v_cache, k, v, *options):
+    if _dispatch_needed(q, k_cache, v_cache, k, v):
+        return torch.ops.tileattn.kvcache_fwd(q, k_cache, v_cache, k, v, *options)
+    return _kvcache_fwd_impl(q, k_cache, v_cache, k, v, *options)

@@ -21,6 +21,7 @@ through torch.library custom ops, and traces under torch.compile(fullgraph=True)
 
 import torch
 
+from . import _ops
 from ._checks import Checker
 from ._ffi import DtypeError, InvalidArgumentError
 
@@ -56,7 +57,7 @@ def _batch_attention(check, q, k, v, names, dropout_p, softmax_scale, causal, wi
         check, q, dropout_p, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, q.shape[0], q.shape[2], q.device,
                                sdpa_heads=q.shape[1])
-    out, lse, probs, _ = torch.ops.tileattn.fwd(
+    out, lse, probs, _ = _ops.call_fwd(
         q, k, v, dropout_p, scale, left, right, softcap, alibi_slopes, bool(return_attn_probs),
         bool(deterministic))
     return (out, lse, probs) if return_attn_probs else out
@@ -88,7 +89,7 @@ def _varlen_attention(check, q, k, v, names, cu_seqlens_q, cu_seqlens_k, cu_name
     dropout_p, scale, left, right, softcap = _options(
         check, q, dropout_p, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[1], q.device)
-    out, lse, probs, _ = torch.ops.tileattn.varlen_fwd(
+    out, lse, probs, _ = _ops.call_varlen_fwd(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
         scale, left, right, softcap, alibi_slopes, bool(return_attn_probs), bool(deterministic))
     return (out, lse, probs) if return_attn_probs else out
@@ -345,7 +346,7 @@ def flash_attn_with_kvcache(
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[2], q.device)
     if not isinstance(num_splits, int) or num_splits < 0:
         check.fail(InvalidArgumentError, "num_splits", f"must be an int >= 0, got {num_splits!r}")
-    out, lse = torch.ops.tileattn.kvcache_fwd(
+    out, lse = _ops.call_kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, scale, left, right, softcap, bool(rotary_interleaved),
         alibi_slopes, num_splits)

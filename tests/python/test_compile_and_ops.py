@@ -131,3 +131,15 @@ def test_double_backward_is_refused(device):
     (grad,) = torch.autograd.grad(out.sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         grad.sum().backward()
+
+
+def test_eager_fast_path_matches_the_op(device):
+    """Without autograd recording, flash_attn_func calls the op's implementation directly; the
+    result must be bitwise the op's."""
+    q, k, v = (torch.randn(2, 33, 4, 64, device=device, dtype=torch.bfloat16) for _ in range(3))
+    with torch.no_grad():
+        fast = tileattn.flash_attn_func(q, k, v, causal=True)
+    through_op = torch.ops.tileattn.fwd(q, k, v, 0.0, 64 ** -0.5, -1, 0, 0.0, None, False, False)[0]
+    assert torch.equal(fast, through_op)
+    assert not tileattn._ops._dispatch_needed(q, k, v)
+    assert tileattn._ops._dispatch_needed(q.clone().requires_grad_(), k, v)
