@@ -9,6 +9,7 @@ development build: build/src/libtileattn.so).
 """
 
 from . import _ops  # noqa: F401  (registers the torch.ops.tileattn custom ops)
+from . import interface
 from ._ffi import BackendError, DtypeError, InvalidArgumentError, TileattnError
 from .interface import (
     flash_attn_func,
@@ -37,14 +38,7 @@ def library_path():
     return str(library().path)
 
 
-__all__ = [
-    "flash_attn_func",
-    "flash_attn_qkvpacked_func",
-    "flash_attn_kvpacked_func",
-    "flash_attn_varlen_func",
-    "flash_attn_varlen_qkvpacked_func",
-    "flash_attn_varlen_kvpacked_func",
-    "flash_attn_with_kvcache",
+__all__ = interface.__all__ + [
     "has_cuda",
     "library_path",
     "TileattnError",
