@@ -71,10 +71,6 @@ void backward(const BackwardParams& params) {
 #endif
 }
 
-}  // namespace tileattn
-
-namespace tileattn {
-
 void forward_kvcache(const KvCacheParams& params) {
   validate_kvcache(params);
   KvCacheParams p = params;

@@ -257,9 +257,6 @@ void validate_kvcache(const KvCacheParams& p) {
               "; it must be even and between 2 and the head dim ", f.head_dim);
     }
     if (p.rotary_seqlen < 1) invalid("rotary_cos", "rotary_cos has ", p.rotary_seqlen, " positions");
-    if (f.dtype == TILEATTN_FLOAT32 && f.device == TILEATTN_DEVICE_CUDA) {
-      fail(ErrorCode::kDtype, "rotary_cos", "rotary_cos must have q's dtype");
-    }
   }
   if (p.num_splits < 0) invalid("num_splits", "num_splits is ", p.num_splits, "; it must be >= 0");
 }

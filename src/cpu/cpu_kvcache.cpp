@@ -4,7 +4,6 @@
 // own reads at one query token; a decode kernel that reads pages in place is the CUDA backend's.
 #include <algorithm>
 #include <cstring>
-#include <cmath>
 #include <vector>
 
 #include "api/backends.h"

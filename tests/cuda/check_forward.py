@@ -14,34 +14,10 @@ import sys
 
 import torch
 
-_i32, _i64, _u64, _f32, _ptr, _enum = (ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64,
-                                        ctypes.c_float, ctypes.c_void_p, ctypes.c_int)
-
-
-class FwdParams(ctypes.Structure):
-    """Mirror of tileattn_fwd_params (include/tileattn/tileattn.h), field for field."""
-    _fields_ = [
-        ("q", _ptr), ("k", _ptr), ("v", _ptr),
-        ("q_batch_stride", _i64), ("q_row_stride", _i64), ("q_head_stride", _i64),
-        ("k_batch_stride", _i64), ("k_row_stride", _i64), ("k_head_stride", _i64),
-        ("v_batch_stride", _i64), ("v_row_stride", _i64), ("v_head_stride", _i64),
-        ("out", _ptr),
-        ("out_batch_stride", _i64), ("out_row_stride", _i64), ("out_head_stride", _i64),
-        ("softmax_lse", _ptr), ("lse_batch_stride", _i64), ("lse_head_stride", _i64),
-        ("attn_probs", _ptr),
-        ("probs_batch_stride", _i64), ("probs_head_stride", _i64), ("probs_row_stride", _i64),
-        ("batch", _i32), ("seqlen_q", _i32), ("seqlen_k", _i32), ("num_heads", _i32),
-        ("num_heads_k", _i32), ("head_dim", _i32),
-        ("cu_seqlens_q", _ptr), ("cu_seqlens_k", _ptr), ("seqused_k", _ptr),
-        ("total_q", _i64), ("total_k", _i64),
-        ("softmax_scale", _f32), ("window_left", _i32), ("window_right", _i32),
-        ("softcap", _f32), ("alibi_slopes", _ptr), ("alibi_batch_stride", _i64),
-        ("dropout_p", _f32), ("philox_seed", _u64), ("philox_offset", _u64),
-        ("dtype", _enum), ("device", _enum), ("stream", _ptr), ("num_threads", _i32),
-    ]
-
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The package's ctypes mirror of tileattn_fwd_params: one copy of the struct layout to keep in sync.
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from tileattn._ffi import FwdParams  # noqa: E402
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 QUICK = "--quick" in sys.argv
 # --cases=a,b: run only the cases whose name contains one of these (e.g. under compute-sanitizer).
