@@ -20,6 +20,7 @@ from .interface import (
     flash_attn_varlen_qkvpacked_func,
     flash_attn_with_kvcache,
 )
+from .ring import ring_flash_attn_func, ring_flash_attn_varlen_func
 
 __version__ = "0.1.0"
 
@@ -39,6 +40,8 @@ def library_path():
 
 
 __all__ = interface.__all__ + [
+    "ring_flash_attn_func",
+    "ring_flash_attn_varlen_func",
     "has_cuda",
     "library_path",
     "TileattnError",
