@@ -206,8 +206,7 @@ def _(q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap, ali
     return out, lse, probs, torch.empty((2,), dtype=torch.int64, device="cpu")
 
 
-@torch.library.custom_op("tileattn::bwd", mutates_args=())
-def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
+def _bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
         dropout_p: float, softmax_scale: float, window_left: int, window_right: int,
         softcap: float, alibi_slopes: Optional[Tensor], deterministic: bool,
         rng_state: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -228,6 +227,9 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse:
     return dq, dk, dv
 
 
+bwd = torch.library.custom_op("tileattn::bwd", mutates_args=())(_bwd_impl)
+
+
 @bwd.register_fake
 def _(dout, q, k, v, out, softmax_lse, dropout_p, softmax_scale, window_left, window_right,
       softcap, alibi_slopes, deterministic, rng_state):
@@ -243,13 +245,18 @@ def _fwd_setup_context(ctx, inputs, output):
     ctx.deterministic = deterministic
 
 
-def _fwd_backward(ctx, dout, _dlse, _dprobs, _drng):
+def _fwd_grads(ctx, dout, backward):
+    """(dq, dk, dv, None...) for the forward's inputs, computed by `backward` (the op or its
+    implementation) from what _fwd_setup_context saved."""
     q, k, v, out, lse, rng_state, alibi_slopes = ctx.saved_tensors
     dropout_p, softmax_scale, window_left, window_right, softcap = ctx.options
-    dq, dk, dv = torch.ops.tileattn.bwd(dout, q, k, v, out, lse, dropout_p, softmax_scale,
-                                        window_left, window_right, softcap, alibi_slopes,
-                                        ctx.deterministic, rng_state)
+    dq, dk, dv = backward(dout, q, k, v, out, lse, dropout_p, softmax_scale, window_left,
+                          window_right, softcap, alibi_slopes, ctx.deterministic, rng_state)
     return (dq, dk, dv) + (None,) * 8
+
+
+def _fwd_backward(ctx, dout, _dlse, _dprobs, _drng):
+    return _fwd_grads(ctx, dout, torch.ops.tileattn.bwd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,8 +306,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k
     return out, lse, probs, torch.empty((2,), dtype=torch.int64, device="cpu")
 
 
-@torch.library.custom_op("tileattn::varlen_bwd", mutates_args=())
-def varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
+def _varlen_bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
                cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, seqused_k: Optional[Tensor],
                max_seqlen_q: int, max_seqlen_k: int, dropout_p: float, softmax_scale: float,
                window_left: int, window_right: int, softcap: float,
@@ -323,6 +329,9 @@ def varlen_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softm
     return dq, dk, dv
 
 
+varlen_bwd = torch.library.custom_op("tileattn::varlen_bwd", mutates_args=())(_varlen_bwd_impl)
+
+
 @varlen_bwd.register_fake
 def _(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
       max_seqlen_k, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
@@ -342,16 +351,20 @@ def _varlen_fwd_setup_context(ctx, inputs, output):
     ctx.deterministic = deterministic
 
 
-def _varlen_fwd_backward(ctx, dout, _dlse, _dprobs, _drng):
+def _varlen_fwd_grads(ctx, dout, backward):
     (q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k, seqused_k,
      alibi_slopes) = ctx.saved_tensors
     (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, window_left, window_right,
      softcap) = ctx.options
-    dq, dk, dv = torch.ops.tileattn.varlen_bwd(
+    dq, dk, dv = backward(
         dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
         max_seqlen_k, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
         ctx.deterministic, rng_state)
     return (dq, dk, dv) + (None,) * 13
+
+
+def _varlen_fwd_backward(ctx, dout, _dlse, _dprobs, _drng):
+    return _varlen_fwd_grads(ctx, dout, torch.ops.tileattn.varlen_bwd)
 
 
 def _no_double_backward(ctx, *grads):
@@ -439,29 +452,72 @@ def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_ba
 
 
 # ---------------------------------------------------------------------------------------------
-# Eager calls that autograd does not record skip the custom-op dispatch: the op's own
-# implementation runs directly, the same computation without ~20 us (this machine) to ~60 us (the
-# H200 host) of dispatch per call (docs/perf-log.md).  Anything that traces or records -- dynamo,
-# a dispatch mode such as FakeTensorMode or make_fx, tensor subclasses, inputs requiring grad --
-# goes through the op.
+# Eager calls skip the custom-op dispatch, which costs ~20 us (this machine) to ~60 us (the H200
+# host) per call without autograd and ~100 us more with it (docs/perf-log.md): a call autograd
+# does not record runs the op's implementation directly, and one it records runs a plain
+# torch.autograd.Function over the same implementations, with the op's own context and backward
+# formula.  Anything that traces -- dynamo, a dispatch mode such as FakeTensorMode or make_fx,
+# functorch transforms, tensor subclasses -- goes through the op.
+
+def _traced(tensors):
+    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._functorch.peek_interpreter_stack() is not None
+            or any(t is not None and type(t) is not torch.Tensor for t in tensors))
+
+
+def _recorded(tensors):
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
 
 def _dispatch_needed(*tensors):
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
-        return True
-    grad = torch.is_grad_enabled()
-    return any(t is not None and (type(t) is not torch.Tensor or (grad and t.requires_grad))
-               for t in tensors)
+    return _traced(tensors) or _recorded(tensors)
+
+
+class _EagerFwd(torch.autograd.Function):
+    @staticmethod
+    def forward(*inputs):
+        return _fwd_impl(*inputs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _fwd_setup_context(ctx, inputs, output)
+        ctx.mark_non_differentiable(*output[1:])
+
+    @staticmethod
+    def backward(ctx, dout, _dlse, _dprobs, _drng):
+        # create_graph=True records the backward: the op then refuses a double backward.
+        return _fwd_grads(ctx, dout, torch.ops.tileattn.bwd if torch.is_grad_enabled() else _bwd_impl)
+
+
+class _EagerVarlenFwd(torch.autograd.Function):
+    @staticmethod
+    def forward(*inputs):
+        return _varlen_fwd_impl(*inputs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _varlen_fwd_setup_context(ctx, inputs, output)
+        ctx.mark_non_differentiable(*output[1:])
+
+    @staticmethod
+    def backward(ctx, dout, _dlse, _dprobs, _drng):
+        # create_graph=True records the backward: the op then refuses a double backward.
+        return _varlen_fwd_grads(ctx, dout, torch.ops.tileattn.varlen_bwd if torch.is_grad_enabled() else _varlen_bwd_impl)
 
 
 def call_fwd(q, k, v, *options):
-    if _dispatch_needed(q, k, v):
+    if _traced((q, k, v)):
         return torch.ops.tileattn.fwd(q, k, v, *options)
+    if _recorded((q, k, v)):
+        return _EagerFwd.apply(q, k, v, *options)
     return _fwd_impl(q, k, v, *options)
 
 
 def call_varlen_fwd(q, k, v, *options):
-    if _dispatch_needed(q, k, v):
+    if _traced((q, k, v)):
         return torch.ops.tileattn.varlen_fwd(q, k, v, *options)
+    if _recorded((q, k, v)):
+        return _EagerVarlenFwd.apply(q, k, v, *options)
     return _varlen_fwd_impl(q, k, v, *options)
 
 

@@ -143,3 +143,19 @@ def test_eager_fast_path_matches_the_op(device):
     assert torch.equal(fast, through_op)
     assert not tileattn._ops._dispatch_needed(q, k, v)
     assert tileattn._ops._dispatch_needed(q.clone().requires_grad_(), k, v)
+
+
+def test_eager_autograd_path_matches_the_op(device):
+    """With autograd recording, eager flash_attn_func runs a torch.autograd.Function over the op's
+    implementations; its output and gradients must be bitwise the op's."""
+    dtype = torch.bfloat16
+    q, k, v = (torch.randn(2, 33, 4, 64, device=device, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn_like(q)
+    fast = tileattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
+    fast_grads = torch.autograd.grad(fast, (q, k, v), dout)
+    through_op = torch.ops.tileattn.fwd(q, k, v, 0.0, 64 ** -0.5, -1, 0, 0.0, None, False, True)[0]
+    op_grads = torch.autograd.grad(through_op, (q, k, v), dout)
+    assert torch.equal(fast, through_op)
+    for name, a, b in zip("qkv", fast_grads, op_grads):
+        assert torch.equal(a, b), f"d{name} differs"
