@@ -11,8 +11,10 @@ x3.5 for forward+backward) over the time; efficiency is throughput / (N x the 1-
 
 import argparse
 import csv
+import datetime
 import os
 import statistics
+import subprocess
 import tempfile
 
 import torch
@@ -76,6 +78,15 @@ def _worker(rank, world, args, folder):
     dist.destroy_process_group()
 
 
+def _commit():
+    """The checkout's commit; TILEATTN_COMMIT where the tree travelled without .git."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("TILEATTN_COMMIT", "unknown")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens-per-gpu", type=int, default=8192)
@@ -93,6 +104,9 @@ def main():
         with tempfile.TemporaryDirectory() as folder:
             mp.spawn(_worker, args=(world, args, folder), nprocs=world, join=True)
             rows += torch.load(os.path.join(folder, "rows.pt"))
+    stamp = dict(gpu=torch.cuda.get_device_name(0), date=datetime.date.today().isoformat(),
+                 commit=_commit())
+    rows = [dict(stamp, **r) for r in rows]
     single = {(r["causal"], r["direction"]): r["tflops"] for r in rows if r["gpus"] == 1}
     for r in rows:
         r["efficiency"] = round(r["tflops"] / (r["gpus"] * single[(r["causal"], r["direction"])]), 3)
