@@ -22,4 +22,4 @@ if command -v nvcc >/dev/null && [ "${TILEATTN_SKIP_CUDA_COMPILE:-0}" != 1 ]; th
 fi
 
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation .
-python3 -m pytest tests/python
+python3 -m pytest tests/python bench/tests

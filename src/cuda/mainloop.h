@@ -189,6 +189,11 @@ __device__ __forceinline__ void fwd_mainloop(MainloopInputs<typename Traits::Ele
 
   // Masked blocks sit at both ends of the range (the diagonal / ragged end on the right, the
   // sliding window's edge on the left); the clean middle runs without any mask code.
+#ifdef TILEATTN_FWD_MASK_ALL_BLOCKS
+  // Off by default: every block takes the masked path, so bench/ can measure what the split buys
+  // (docs/fa2-code-notes.md).  The loops below then find no block left.
+  for (; n_block >= range.n_block_min; --n_block) process_block(cute::true_type{}, n_block);
+#endif
   for (; n_block >= range.n_block_min && range.needs_mask(n_block, kBlockN); --n_block) {
     process_block(cute::true_type{}, n_block);
   }

@@ -1,0 +1,96 @@
+"""The CLI's logic on the CPU: shapes and their costs, the sweep end to end on tiny CPU cases, the
+registry and plugins, the README block rewrite, ncu's CSV parsing, the ragged lengths."""
+import csv
+import sys
+import types
+
+import pytest
+
+from bench import __main__ as cli
+from bench import backends, ncu_profile, readme, shapes, varlen
+
+
+def test_fa_shapes_keep_16k_tokens_and_hidden_2048():
+    for seqlen in shapes.SEQLENS:
+        for d in shapes.HEADDIMS:
+            case = shapes.fa_papers(seqlen, d, False)
+            assert case.batch * case.seqlen == 16384 and case.heads * d == 2048
+
+
+def test_flops_bytes_and_rates_follow_fa_formula():
+    case = shapes.lecture(4096, 128, causal=False)
+    assert case.flops("fwd") == 4 * 2 * 16 * 4096 ** 2 * 128
+    assert shapes.lecture(4096, 128, causal=True).flops("fwd") == case.flops("fwd") / 2
+    assert case.flops("bwd") == 2.5 * case.flops("fwd") and case.flops("fwdbwd") == 3.5 * case.flops("fwd")
+    assert case.bytes_moved("fwd") == 4 * 2 * 4096 * 16 * 128 * 2
+    assert case.bytes_moved("bwd") == 2 * case.bytes_moved("fwd")
+    tflops, gbps, frac = shapes.rate(case, "fwd", 1.0)
+    assert tflops == pytest.approx(case.flops("fwd") / 1e9)
+    assert gbps == pytest.approx(case.bytes_moved("fwd") / 1e6)
+    assert frac == pytest.approx(tflops / 782.0)
+
+
+def test_sweep_on_cpu_writes_the_briefs_columns(tmp_path):
+    out = tmp_path / "sweep.csv"
+    cli.main(["sweep", "--device", "cpu", "--dtype", "fp32", "--shapes", "lecture", "--seqlens", "64",
+              "--headdims", "32", "--causal", "yes", "--direction", "fwd", "--runs", "2", "--warmup", "1",
+              "--backends", "sdpa-math", "sdpa-cudnn", "--out", str(out), "--plot", "none"])
+    rows = list(csv.DictReader(open(out)))
+    assert list(rows[0])[:10] == ["seqlen", "headdim", "causal", "shape", "direction", "backend", "ms",
+                                  "tflops", "gbps", "frac_peak"]
+    assert [(r["backend"], r["direction"], r["causal"]) for r in rows] == [("sdpa-math", "fwd", "1")]
+    assert float(rows[0]["ms"]) > 0
+
+
+def test_dry_run_times_nothing(capsys):
+    cli.main(["sweep", "--dry-run", "--device", "cpu", "--seqlens", "512", "--headdims", "64",
+              "--backends", "tileattn", "fa1-triton"])
+    out = capsys.readouterr().out
+    assert "fa1-triton" in out and "skip: needs CUDA" in out and "4 cases x 2 backends" in out
+
+
+def test_unknown_backend_names_itself():
+    with pytest.raises(KeyError, match="nope"):
+        backends.get("nope")
+    assert backends.get("tileattn@sm90").name == "tileattn@sm90"
+
+
+def test_plugin_registers_a_backend(monkeypatch, capsys):
+    module = types.ModuleType("bench_test_plugin")
+    module.loaded = True
+    monkeypatch.setitem(sys.modules, "bench_test_plugin", module)
+    backends.register("test-plugin-backend", backward=False)(lambda q, k, v, causal: (lambda: q))
+    backends.load_plugins(["bench_test_plugin"])
+    assert backends.skip_reason(backends.get("test-plugin-backend"), "cpu", "bwd") == "forward only"
+    del backends.REGISTRY["test-plugin-backend"]
+
+
+def test_readme_rewrites_only_the_marked_block(tmp_path):
+    data = tmp_path / "s.csv"
+    with open(data, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seqlen", "headdim", "causal", "shape", "direction", "backend", "ms", "tflops",
+                         "gbps", "frac_peak", "batch", "heads", "gpu", "date", "commit"])
+        for backend, tflops in (("tileattn", 300.4), ("sdpa-flash", 310.0)):
+            writer.writerow([1024, 64, 0, "fa", "fwd", backend, 1.0, tflops, 1, 0.4, 16, 32, "GPU", "2026-01-01", "c"])
+    doc = tmp_path / "README.md"
+    doc.write_text("head\n<!-- bench:begin -->\nold table\n<!-- bench:end -->\ntail\n")
+    cli.main(["readme", "--csv", str(data), "--readme", str(doc)])
+    text = doc.read_text()
+    assert text.startswith("head\n<!-- bench:begin -->\nGPU fwd") and text.endswith("<!-- bench:end -->\ntail\n")
+    assert "| no | 64 | 300/310 |" in text and "old table" not in text
+    with pytest.raises(SystemExit, match="expected one"):
+        readme.rewrite("no markers", "x")
+
+
+def test_ncu_raw_csv_is_parsed_with_units_row_and_separators():
+    text = ('==PROF== Connected\nlog line\n"ID","Kernel Name","dram__bytes_read.sum"\n'
+            '"","","byte"\n"0","fwd_kernel","1,048,576"\n')
+    assert ncu_profile.parse_raw_csv(text)["dram__bytes_read.sum"] == 1048576.0
+    assert ncu_profile.choose_metrics({"dram__bytes_read"}, "bf16") == ["dram__bytes_read.sum"]
+
+
+def test_ragged_lengths_are_fixed_and_capped():
+    lengths = varlen.ragged_lengths(32, 1024, 4096)
+    assert lengths == varlen.ragged_lengths(32, 1024, 4096)
+    assert len(lengths) == 32 and max(lengths) <= 4096 and min(lengths) >= 16
