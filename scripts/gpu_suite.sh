@@ -23,6 +23,9 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_backward.py \
     > "$OUT/sanitize_backward.log" 2>&1 || rc=1
   tail -2 "$OUT/sanitize_backward.log"
+  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_decode.py \
+    > "$OUT/sanitize_decode.log" 2>&1 || rc=1
+  tail -2 "$OUT/sanitize_decode.log"
 fi
 if [[ $WHAT == all || $WHAT == bench ]]; then
   # The benchmark CLI (bench/__init__.py); one PNG (forward) keeps $OUT within the 8 files that

@@ -179,7 +179,8 @@ TILEATTN_API void tileattn_kvcache_params_init(tileattn_kvcache_params* params);
  * argument (both thread-local, valid until the next call on this thread). */
 TILEATTN_API int tileattn_forward(const tileattn_fwd_params* params);
 TILEATTN_API int tileattn_backward(const tileattn_bwd_params* params);
-/* Appends to the cache (when k_new is given), then attends; the CPU backend only, for now. */
+/* Appends to the cache (when k_new is given), then attends.  On CUDA the index arrays are not
+ * read on the host: see src/api/dispatch.cpp for what happens when their contents are wrong. */
 TILEATTN_API int tileattn_forward_kvcache(const tileattn_kvcache_params* params);
 
 TILEATTN_API const char* tileattn_last_error(void);

@@ -285,8 +285,11 @@ def flash_attn_with_kvcache(
     q there too when causal or windowed (else all of q at cache_seqlens); rotary_interleaved
     picks pairs (0,1),(2,3).. over halves.  cache_batch_idx maps sequences to cache entries (rows
     of block_table when paged); cache_leftpad marks where each sequence's keys start.  Returns out,
-    or (out, softmax_lse) with return_softmax_lse.  The CPU backend runs it today; CUDA tensors get
-    an error until the decode kernel lands.
+    or (out, softmax_lse) with return_softmax_lse.  num_splits: 0 picks a split count from the
+    shapes alone, a fixed value gives batch-invariant results.  On CUDA nothing is read back to the
+    host (a decode step can be captured in a CUDA graph); the index tensors' contents are checked
+    in the kernel instead: a sequence whose cache_seqlens / cache_leftpad / cache_batch_idx is out
+    of range gets NaN and no append, and an out-of-range block_table entry reads as NaN.
     """
     check = Checker("flash_attn_with_kvcache")
     check.dims(q, "q", 4, _BATCH_LAYOUT)

@@ -13,6 +13,7 @@ void cpu_forward_kvcache(const KvCacheParams& params);
 #ifdef TILEATTN_WITH_CUDA
 void cuda_forward(const ForwardParams& params);
 void cuda_backward(const BackwardParams& params);
+void cuda_forward_kvcache(const KvCacheParams& params);
 #endif
 
 }  // namespace tileattn

@@ -75,13 +75,20 @@ void forward_kvcache(const KvCacheParams& params) {
   validate_kvcache(params);
   KvCacheParams p = params;
   p.fwd = resolve_defaults(params.fwd);
-  if (p.fwd.device != TILEATTN_DEVICE_CPU) {
-    throw Error(ErrorCode::kUnsupported, "device",
-                "flash_attn_with_kvcache runs on the CPU backend only for now; the CUDA decode "
-                "kernel is not written yet");
+  if (p.fwd.device == TILEATTN_DEVICE_CPU) {
+    validate_kvcache_contents(p);
+    cpu_forward_kvcache(p);
+    return;
   }
-  validate_kvcache_contents(p);
-  cpu_forward_kvcache(p);
+  // On CUDA the index arrays (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) stay
+  // unread on the host: reading them would sync and break CUDA-graph capture.  The kernels check
+  // them instead, and a sequence that breaks a rule of validate_kvcache_contents is not appended
+  // and gets NaN outputs; an out-of-range page index reads as NaN (never out of bounds).
+#ifdef TILEATTN_WITH_CUDA
+  cuda_forward_kvcache(p);
+#else
+  cuda_not_built();
+#endif
 }
 
 }  // namespace tileattn

@@ -1,6 +1,9 @@
-"""flash_attn_with_kvcache: append (rotary) into contiguous and paged caches, attention over the
-cache against float64 with FA's rule.  Unused cache slots hold NaN, so a read of one shows.
-The CUDA decode kernel does not exist yet: on CUDA the call must raise, not misbehave."""
+"""flash_attn_with_kvcache on every device: append (rotary) into contiguous and paged caches
+(pages of 16, 64 and 256 over random block tables), attention over the cache against float64 with
+FA's rule, the appended entries checked inside the cache.  Unused cache slots hold NaN, so a read
+of one shows.  On CUDA also the split-KV paths (num_splits 1, 3 and the heuristic), batch
+invariance of a fixed num_splits, and the loud behaviour for index arrays that the CUDA backend
+cannot check on the host."""
 
 import math
 
@@ -9,7 +12,7 @@ import torch
 
 import tileattn
 from attn_reference import attention
-from conftest import FLOOR, assert_fa_close
+from conftest import DEVICES, FLOOR, assert_fa_close
 
 
 def rotary_tables(positions, rotary_dim, dtype):
@@ -32,6 +35,10 @@ def rotate(x, cos, sin, positions, interleaved):
     return x
 
 
+DEFAULTS = dict(page_size=0, rotary_dim=0, interleaved=True, batch_idx=False, leftpad=False,
+                causal=False, seqlen_new=1, window=(-1, -1), softcap=0.0, alibi=False,
+                heads=8, heads_k=2, dim=64, splits=0, seqlen_q=None)
+
 CASES = {
     "contiguous": dict(),
     "paged16_rotary": dict(page_size=16, rotary_dim=32, causal=True, seqlen_new=3),
@@ -40,19 +47,25 @@ CASES = {
     "paged256_leftpad": dict(page_size=256, leftpad=True),
     "window_softcap_alibi": dict(window=(40, 0), softcap=10.0, alibi=True, seqlen_new=4),
     "no_append": dict(seqlen_new=0),
+    "no_append_two_rows_causal": dict(seqlen_new=0, seqlen_q=2, causal=True, splits=3),
+    # 7 query heads per KV head x 3 rows = 21 rows: two row blocks of the CUDA kernel.
+    "gqa7_rows21_paged16_splits3": dict(heads=14, heads_k=2, page_size=16, seqlen_new=3,
+                                        causal=True, splits=3, leftpad=True),
+    "d128_paged16_splits1": dict(dim=128, page_size=16, splits=1, rotary_dim=128),
+    "d256_window_right": dict(dim=256, window=(50, 3), seqlen_new=4, seqlen_q=4, splits=3),
+    "d72_batch_idx_leftpad": dict(dim=72, batch_idx=True, leftpad=True, rotary_dim=24,
+                                  interleaved=False, causal=True),
+    "d20_unaligned_mqa": dict(dim=20, heads=3, heads_k=1, page_size=64, rotary_dim=20, alibi=True),
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_kvcache(case, dtype):
-    opts = dict(page_size=0, rotary_dim=0, interleaved=True, batch_idx=False, leftpad=False,
-                causal=False, seqlen_new=1, window=(-1, -1), softcap=0.0, alibi=False)
-    opts.update(CASES[case])
-    batch, heads, heads_k, dim, capacity = 3, 8, 2, 64, 512
+def make_problem(opts, dtype, device, batch=3, capacity=512, cache_seqlens=None):
+    """Caches full of NaN except the positions each sequence owns; everything on `device`."""
+    heads, heads_k, dim = opts["heads"], opts["heads_k"], opts["dim"]
     seqlen_new = opts["seqlen_new"]
-    seqlen_q = max(seqlen_new, 1)
-    cache_seqlens = torch.tensor([0, 17, capacity - seqlen_new - 5], dtype=torch.int32)
+    seqlen_q = opts["seqlen_q"] or max(seqlen_new, 1)
+    if cache_seqlens is None:
+        cache_seqlens = torch.tensor([0, 17, capacity - seqlen_new - 5], dtype=torch.int32)[:batch]
     page = opts["page_size"]
     entries = batch + 2 if opts["batch_idx"] else batch
     if page:
@@ -67,6 +80,7 @@ def test_kvcache(case, dtype):
     v_cache = k_cache.clone()
     batch_idx = torch.randperm(entries, dtype=torch.int32)[:batch] if opts["batch_idx"] else None
     leftpad = (cache_seqlens // 3).to(torch.int32) if opts["leftpad"] else None
+    first = [int(leftpad[b]) if leftpad is not None else 0 for b in range(batch)]
 
     def slot(b, pos):
         row = int(batch_idx[b]) if batch_idx is not None else b
@@ -74,7 +88,6 @@ def test_kvcache(case, dtype):
             return (row, pos)
         return (int(block_table[row, pos // page]), pos % page)
 
-    first = [int(leftpad[b]) if leftpad is not None else 0 for b in range(batch)]
     for b in range(batch):
         for pos in range(first[b], int(cache_seqlens[b])):
             k_cache[slot(b, pos)] = torch.randn(heads_k, dim).to(dtype)
@@ -86,18 +99,32 @@ def test_kvcache(case, dtype):
     if opts["rotary_dim"]:
         cos, sin = rotary_tables(capacity + seqlen_q, opts["rotary_dim"], dtype)
     slopes = torch.rand(heads, dtype=torch.float32) if opts["alibi"] else None
-    left, right = opts["window"]
-    out, lse = tileattn.flash_attn_with_kvcache(
-        q, k_cache, v_cache, k, v, rotary_cos=cos, rotary_sin=sin, cache_seqlens=cache_seqlens,
-        cache_batch_idx=batch_idx, cache_leftpad=leftpad, block_table=block_table,
-        causal=opts["causal"], window_size=opts["window"], softcap=opts["softcap"],
-        rotary_interleaved=opts["interleaved"], alibi_slopes=slopes, return_softmax_lse=True)
+    to = (lambda x: None if x is None else x.to(device))
+    args = dict(q=to(q), k_cache=to(k_cache), v_cache=to(v_cache), k=to(k), v=to(v),
+                rotary_cos=to(cos), rotary_sin=to(sin), cache_seqlens=to(cache_seqlens),
+                cache_batch_idx=to(batch_idx), cache_leftpad=to(leftpad),
+                block_table=to(block_table), causal=opts["causal"], window_size=opts["window"],
+                softcap=opts["softcap"], rotary_interleaved=opts["interleaved"],
+                alibi_slopes=to(slopes), num_splits=opts["splits"], return_softmax_lse=True)
+    return args, slot, first
 
+
+def check_against_reference(opts, dtype, args, slot, first, out, lse):
+    """The appended entries inside the cache, then out and lse of every sequence vs float64."""
+    cpu = {name: (x.cpu() if isinstance(x, torch.Tensor) else x) for name, x in args.items()}
+    q, k, v, cos, sin = cpu["q"], cpu["k"], cpu["v"], cpu["rotary_cos"], cpu["rotary_sin"]
+    k_cache, v_cache, cache_seqlens = cpu["k_cache"], cpu["v_cache"], cpu["cache_seqlens"]
+    slopes = cpu["alibi_slopes"]
+    out, lse = out.cpu(), lse.cpu()
+    batch, seqlen_q, heads, dim = q.shape
+    heads_k = k_cache.shape[2]
+    seqlen_new = k.shape[1] if k is not None else 0
+    left, right = opts["window"]
     right = 0 if opts["causal"] else right
     per_row = opts["causal"] or left >= 0 or right >= 0
     for b in range(batch):
         start = int(cache_seqlens[b])
-        for i in range(seqlen_new):  # the appended entries
+        for i in range(seqlen_new):
             expect = k[b, i:i + 1].double()
             if cos is not None:
                 expect = rotate(expect, cos, sin, torch.tensor([start + i]), opts["interleaved"])
@@ -106,28 +133,66 @@ def test_kvcache(case, dtype):
             assert torch.allclose(got_k, expect[0], atol=tol, rtol=tol), f"k_cache b{b} i{i}"
             assert torch.equal(got_v, v[b, i]), f"v_cache b{b} i{i}"
         end = start + seqlen_new
-        keys = torch.stack([k_cache[slot(b, pos)] for pos in range(first[b], end)]) \
-            if end > first[b] else k_cache.new_zeros(0, heads_k, dim)
-        values = torch.stack([v_cache[slot(b, pos)] for pos in range(first[b], end)]) \
-            if end > first[b] else v_cache.new_zeros(0, heads_k, dim)
+        positions = range(first[b], end)
+        keys = torch.stack([k_cache[slot(b, p)] for p in positions]) if end > first[b] \
+            else k_cache.new_zeros(0, heads_k, dim)
+        values = torch.stack([v_cache[slot(b, p)] for p in positions]) if end > first[b] \
+            else v_cache.new_zeros(0, heads_k, dim)
         qb = q[b].double()
         if cos is not None:
-            positions = start + (torch.arange(seqlen_q) if per_row else torch.zeros(seqlen_q, dtype=torch.long))
-            qb = rotate(qb, cos, sin, positions, opts["interleaved"])
-        kw = dict(window_left=left, window_right=right, softcap=opts["softcap"],
-                  alibi_slopes=slopes)
+            rows = torch.arange(seqlen_q) if per_row else torch.zeros(seqlen_q, dtype=torch.long)
+            qb = rotate(qb, cos, sin, start + rows, opts["interleaved"])
+        kw = dict(window_left=left, window_right=right, softcap=opts["softcap"], alibi_slopes=slopes)
         truth = attention(qb[None], keys[None], values[None], dtype=torch.float64, **kw)
         naive = attention(qb.to(dtype)[None], keys[None], values[None], dtype=dtype, **kw)
         assert_fa_close(f"b{b} out", out[b:b + 1], naive["out"], truth["out"], FLOOR[dtype])
         assert_fa_close(f"b{b} lse", lse[b:b + 1], naive["lse"], truth["lse"], FLOOR[dtype])
 
 
-def test_kvcache_compiles_fullgraph():
-    q = torch.randn(2, 1, 4, 32, dtype=torch.bfloat16)
-    k_cache = torch.randn(2, 64, 2, 32, dtype=torch.bfloat16)
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kvcache(case, dtype, device):
+    opts = dict(DEFAULTS, **CASES[case])
+    args, slot, first = make_problem(opts, dtype, device)
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, dtype, args, slot, first, out, lse)
+
+
+@pytest.mark.parametrize("splits", [0, 1, 3])
+@pytest.mark.parametrize("page_size", [0, 16, 256])
+def test_kvcache_long_cache_splits(splits, page_size, device):
+    """4k-slot caches, where the heuristic splits on CUDA; lengths ragged, one of them empty."""
+    opts = dict(DEFAULTS, page_size=page_size, dim=128, heads=16, heads_k=4, splits=splits,
+                causal=True)
+    seqlens = torch.tensor([4000, 0, 1234, 2500], dtype=torch.int32)
+    args, slot, first = make_problem(opts, torch.bfloat16, device, batch=4, capacity=4096,
+                                     cache_seqlens=seqlens)
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_fixed_num_splits_is_batch_invariant(splits, device):
+    """A sequence gets the same bits alone or in a batch: num_splits fixed, no append."""
+    opts = dict(DEFAULTS, page_size=16, dim=128, splits=splits, seqlen_new=0, causal=True)
+    seqlens = torch.tensor([700, 33, 1500, 5], dtype=torch.int32)
+    args, _, _ = make_problem(opts, torch.bfloat16, device, batch=4, capacity=2048,
+                              cache_seqlens=seqlens)
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    for b in range(4):
+        one = dict(args, q=args["q"][b:b + 1], cache_seqlens=args["cache_seqlens"][b:b + 1],
+                   block_table=args["block_table"][b:b + 1])
+        out_b, lse_b = tileattn.flash_attn_with_kvcache(**one)
+        assert torch.equal(out_b, out[b:b + 1]) and torch.equal(lse_b, lse[b:b + 1]), f"sequence {b}"
+
+
+def test_kvcache_compiles_fullgraph(device):
+    q = torch.randn(2, 1, 4, 32, dtype=torch.bfloat16, device=device)
+    k_cache = torch.randn(2, 64, 2, 32, dtype=torch.bfloat16, device=device)
     v_cache = torch.randn_like(k_cache)
-    k, v = torch.randn(2, 1, 2, 32, dtype=torch.bfloat16), torch.randn(2, 1, 2, 32, dtype=torch.bfloat16)
-    seqlens = torch.tensor([3, 40], dtype=torch.int32)
+    k = torch.randn(2, 1, 2, 32, dtype=torch.bfloat16, device=device)
+    v = torch.randn(2, 1, 2, 32, dtype=torch.bfloat16, device=device)
+    seqlens = torch.tensor([3, 40], dtype=torch.int32, device=device)
 
     def step(q, k_cache, v_cache, k, v, seqlens):
         return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens,
@@ -162,9 +227,26 @@ def test_kvcache_bad_input(breaks, argument):
     assert argument in str(info.value)
 
 
-@pytest.mark.skipif(not (torch.cuda.is_available() and tileattn.has_cuda()), reason="needs CUDA")
-def test_kvcache_cuda_raises_until_the_decode_kernel_lands():
-    q = torch.randn(1, 1, 4, 32, dtype=torch.bfloat16, device="cuda")
-    cache = torch.randn(1, 16, 2, 32, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(RuntimeError, match="CPU backend only"):
-        tileattn.flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=3)
+needs_cuda = pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA backend")
+
+
+@needs_cuda
+def test_cuda_bad_indices_give_nan_not_out_of_bounds():
+    """The CUDA backend reads no index array on the host.  A sequence whose cache_seqlens
+    overflows the cache gets NaN and no append; a page index out of range reads as NaN."""
+    opts = dict(DEFAULTS, page_size=16, seqlen_new=1)
+    seqlens = torch.tensor([20, 40, 60], dtype=torch.int32)
+    args, slot, _ = make_problem(opts, torch.bfloat16, "cuda", batch=3, capacity=128,
+                                 cache_seqlens=seqlens)
+    args["cache_seqlens"][1] = 500            # past the 128 slots
+    args["block_table"][2, 60 // 16] = 10**6  # a page that does not exist
+    before = args["k_cache"].clone()
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    torch.cuda.synchronize()
+    assert not out[0].isnan().any() and torch.isfinite(lse[0]).all()
+    assert out[1].isnan().all() and lse[1].isnan().all()
+    assert out[2].isnan().all()
+    after, filled = args["k_cache"], ~before.isnan()
+    assert torch.equal(after[filled], before[filled]), "a valid cache entry changed"
+    written = int((after.isnan() != before.isnan()).sum())
+    assert written == opts["heads_k"] * opts["dim"], "only sequence 0 may append"

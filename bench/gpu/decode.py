@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Decode over a KV cache on the GPU: one query token, 32 query heads over 8 KV heads, d 128, bf16;
+batch 1..128, cache 2k..128k keys (points whose K + V exceed --max-gb are skipped).  tileattn's
+flash_attn_with_kvcache on a contiguous cache and on paged caches (pages of 16 and 256, random
+block tables) next to PyTorch SDPA's flash and cuDNN backends (enable_gqa, K/V as a (B, Hk, L, d)
+view of the same contiguous cache), all in one process.
+
+Metric: GB/s of K and V read, 2 B Hk L d 2 bytes / time; every backend reads each K/V byte once.
+Time: each backend's calls are captured in a CUDA graph (no host launch cost in the number, as in
+a serving loop) over enough copies of the cache that consecutive calls miss L2 (50 MB); median
+per call over several replays.  The anchor shapes are also timed eagerly, one call between two
+events, as shared/anchors/measure_sdpa.py measured SDPA.
+
+    python3 bench/gpu/decode.py [--batches 1 8] [--lengths 32768] [--out file.csv] [--png file.png]
+"""
+import argparse
+import csv
+import datetime
+import math
+import os
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import tileattn
+from timing import ROOT, git_commit, median_ms
+
+HEADS, HEADS_K, DIM = 32, 8, 128
+ANCHORS = {(1, 32768), (8, 8192), (32, 8192), (64, 4096)}
+L2_BYTES = 50 << 20
+
+
+def make_caches(batch, length, copies):
+    """`copies` contiguous caches (B, L, Hk, d) with a random length-L history each."""
+    shape = (batch, length, HEADS_K, DIM)
+    return [(torch.randn(shape, device="cuda", dtype=torch.bfloat16),
+             torch.randn(shape, device="cuda", dtype=torch.bfloat16)) for _ in range(copies)]
+
+
+def calls(layout, q, caches, seqlens):
+    """One zero-argument function per cache copy for `layout`."""
+    batch, length = caches[0][0].shape[:2]
+    fns = []
+    for k_cache, v_cache in caches:
+        if layout in ("flash", "cudnn"):
+            qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+            kind = SDPBackend.FLASH_ATTENTION if layout == "flash" else SDPBackend.CUDNN_ATTENTION
+
+            def run(qt=qt, kt=kt, vt=vt, kind=kind):
+                with sdpa_kernel(kind):
+                    return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+        elif layout == "contiguous":
+            def run(k_cache=k_cache, v_cache=v_cache):
+                return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+        else:  # paged: the same memory seen as pages, in a random order
+            page = int(layout.removeprefix("page"))
+            blocks = batch * length // page
+            k_pages = k_cache.view(blocks, page, HEADS_K, DIM)
+            v_pages = v_cache.view(blocks, page, HEADS_K, DIM)
+            table = torch.randperm(blocks, device="cuda", dtype=torch.int32).view(batch, length // page)
+
+            def run(k_pages=k_pages, v_pages=v_pages, table=table):
+                return tileattn.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=seqlens,
+                                                        block_table=table)
+        fns.append(run)
+    return fns
+
+
+def graph_ms(fns, replays=5):
+    """Median time per call of the calls captured in one graph (at least 6 per replay)."""
+    repeat = max(1, math.ceil(6 / len(fns)))
+    for fn in fns:
+        fn()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeat):
+            for fn in fns:
+                fn()
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / (repeat * len(fns)))
+    del graph
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
+    ap.add_argument("--lengths", type=int, nargs="+",
+                    default=[2048, 4096, 8192, 16384, 32768, 65536, 131072])
+    ap.add_argument("--layouts", nargs="+", default=["contiguous", "page16", "page256", "flash", "cudnn"])
+    ap.add_argument("--max-gb", type=float, default=40.0, help="skip points whose K + V exceed this")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--png", default=None)
+    args = ap.parse_args()
+
+    gpu, date, commit = torch.cuda.get_device_name(), datetime.date.today().isoformat(), git_commit()
+    out = args.out or os.path.join(ROOT, "bench", "results", f"h200-decode-{date}.csv")
+    print(f"# {gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+          f"tileattn {tileattn.library_path()}, commit {commit}")
+    print(f"{'B':>4} {'L':>7} | " + " ".join(f"{name:>10}" for name in args.layouts) + "   (GB/s, graph)")
+    rows = []
+    for batch in args.batches:
+        for length in args.lengths:
+            kv_bytes = 2 * batch * HEADS_K * length * DIM * 2
+            if kv_bytes > args.max_gb * 1e9:
+                continue
+            copies = max(1, min(16, math.ceil(4 * L2_BYTES / kv_bytes)))
+            caches = make_caches(batch, length, copies)
+            q = torch.randn(batch, 1, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
+            seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
+            cells = []
+            for layout in args.layouts:
+                try:
+                    fns = calls(layout, q, caches, seqlens)
+                    ms = graph_ms(fns)
+                    eager = median_ms(fns[0], 20) if (batch, length) in ANCHORS else float("nan")
+                except RuntimeError as error:
+                    print(f"# {layout} B={batch} L={length}: {str(error).splitlines()[0]}")
+                    ms = eager = float("nan")
+                gbs = kv_bytes / ms / 1e6
+                cells.append(gbs)
+                rows.append(dict(gpu=gpu, date=date, commit=commit, layout=layout, batch=batch,
+                                 cache_len=length, heads=HEADS, heads_k=HEADS_K, headdim=DIM,
+                                 kv_bytes=kv_bytes, ms_graph=ms, gbs_graph=gbs, ms_eager=eager,
+                                 gbs_eager=kv_bytes / eager / 1e6))
+            print(f"{batch:>4} {length:>7} | " + " ".join(f"{g:>10.0f}" for g in cells), flush=True)
+            del caches
+            torch.cuda.empty_cache()
+    print("# eager (one call between events, as the anchors): " + "; ".join(
+        f"{r['layout']} B={r['batch']} L={r['cache_len']} {r['gbs_eager']:.0f}"
+        for r in rows if not math.isnan(r["ms_eager"])))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"# wrote {out}")
+    if args.png:
+        plot(rows, args.png)
+
+
+def plot(rows, target):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    batches = sorted({r["batch"] for r in rows})
+    fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 4), squeeze=False)
+    for ax, batch in zip(axes[0], batches):
+        for layout in dict.fromkeys(r["layout"] for r in rows):
+            points = sorted((r["cache_len"], r["gbs_graph"]) for r in rows
+                            if r["batch"] == batch and r["layout"] == layout)
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=layout,
+                    linestyle="--" if layout in ("flash", "cudnn") else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"batch {batch}")
+        ax.set_xlabel("cache length")
+        ax.set_ylabel("GB/s of K+V")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.suptitle("decode, 32 q heads / 8 KV heads, d128 bf16 (H200)")
+    fig.tight_layout()
+    fig.savefig(target, dpi=110)
+    print(f"# wrote {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+// The combine kernel: merges the float32 partial results of the splits through their LSEs.
+//   lse = log sum_s exp(lse_s),   out = sum_s exp(lse_s - lse) out_s
+// (Flash-Decoding; a split that saw no key has lse_s = -inf and weight 0).  One CTA per output
+// row (b, h, i): thread s reads split s's LSE (kMaxSplits <= kThreads), thread d sums dim d over
+// the splits with the loads unrolled 8 deep, so a row costs ~splits / 8 dependent round trips
+// instead of one per split (the first version's per-split loop made 99 splits cost 190 us).
+#pragma once
+
+#include <math_constants.h>
+
+#include "cuda/decode/decode_args.h"
+#include "cuda/decode/elements.cuh"
+
+namespace tileattn::cuda::decode {
+
+static_assert(kMaxSplits <= kThreads, "one thread per split's LSE");
+
+__device__ __forceinline__ float block_reduce(float x, bool is_max, float* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, offset);
+    x = is_max ? fmaxf(x, y) : x + y;
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  float total = scratch[0];
+  for (int w = 1; w < kWarps; ++w) total = is_max ? fmaxf(total, scratch[w]) : total + scratch[w];
+  __syncthreads();
+  return total;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs args) {
+  __shared__ float weights[kMaxSplits];
+  __shared__ float scratch[kWarps];
+  const tileattn_fwd_params& f = args.p.fwd;
+  const int64_t split_rows = static_cast<int64_t>(f.batch) * f.num_heads * f.seqlen_q;
+  const int64_t row = blockIdx.x;
+  const int i = static_cast<int>(row % f.seqlen_q), h = static_cast<int>(row / f.seqlen_q % f.num_heads);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.num_heads));
+  const int splits = args.num_splits, s = threadIdx.x;
+
+  const float mine = s < splits ? args.lse_partial[s * split_rows + row] : -CUDART_INF_F;
+  const bool poisoned = __syncthreads_or(isnan(mine));
+  const float lse_max = block_reduce(mine, true, scratch);
+  const bool empty = lse_max == -CUDART_INF_F;
+  const float sum = block_reduce(empty ? 0.0f : expf(mine - lse_max), false, scratch);
+  const float lse = poisoned ? CUDART_NAN_F : empty ? CUDART_INF_F : lse_max + logf(sum);
+  if (s < splits) weights[s] = empty || poisoned ? 0.0f : expf(mine - lse);
+  __syncthreads();
+
+  T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride;
+  const float* partial = args.o_partial + row * f.head_dim;
+  const int64_t split_stride = split_rows * f.head_dim;
+  for (int d = threadIdx.x; d < f.head_dim; d += kThreads) {
+    float x = 0.0f;
+#pragma unroll 8
+    for (int k = 0; k < splits; ++k) x += weights[k] * partial[k * split_stride + d];
+    out[d] = from_float<T>(poisoned ? CUDART_NAN_F : x);
+  }
+  if (threadIdx.x == 0) f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse;
+}
+
+}  // namespace tileattn::cuda::decode

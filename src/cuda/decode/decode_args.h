@@ -1,0 +1,70 @@
+// The arguments every decode kernel shares, and the one rule that says which cache positions a
+// sequence owns.  Host and device both include this file.
+#pragma once
+
+#include <stdint.h>
+
+#include "common/host_device.h"
+#include "tileattn/tileattn.h"
+
+namespace tileattn::cuda::decode {
+
+// Keys per step of the split kernel: the K of m16n8k16 for P V, two n8 tiles for Q K^T.  Page
+// sizes are multiples of 16, so a 16-aligned chunk never straddles two pages.
+constexpr int kChunk = 16;
+// Query rows per CTA: the M of m16n8k16.  A KV group with more rows (H / Hk x seqlen_q > 16)
+// runs in several row blocks that read the same K/V, mostly from L2.
+constexpr int kRows = 16;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+// More splits than this only add combine work: 128 x 8 KV heads already fills 132 SMs 7 times.
+constexpr int kMaxSplits = 128;
+
+struct DecodeArgs {
+  tileattn_kvcache_params p;  // validated by src/api, softmax_scale resolved
+  int group;                  // H / Hk: query heads per KV head
+  int rows;                   // group x seqlen_q: query rows that share one KV head
+  int row_blocks;             // ceil(rows / kRows)
+  int num_splits;
+  bool vector_k, vector_v;    // 16-byte loads are aligned for the caches
+  float* o_partial;           // (num_splits, B, H, Sq, D) float32 when num_splits > 1
+  float* lse_partial;         // (num_splits, B, H, Sq), natural log, -inf for an empty split
+};
+
+// Sequence b attends to cache positions [first, end) of cache row `row` (an entry of the
+// contiguous cache or a row of block_table).  `ok` is false when the device-side index arrays
+// break a rule that validate_kvcache_contents checks on the CPU; the CUDA backend cannot check
+// them on the host without a sync, so the kernels skip the append and write NaN outputs for
+// such a sequence instead of reading or writing out of bounds.
+struct SequenceKeys {
+  int first, end, seqlen, row;
+  bool ok;
+};
+
+TILEATTN_HOST_DEVICE SequenceKeys sequence_keys(const tileattn_kvcache_params& p, int b) {
+  SequenceKeys s;
+  s.seqlen = p.cache_seqlens[b];
+  const int added = p.k_new ? p.seqlen_new : 0;
+  s.first = p.cache_leftpad ? p.cache_leftpad[b] : 0;
+  s.row = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
+  s.end = s.seqlen + added;
+  s.ok = s.seqlen >= 0 && static_cast<int64_t>(s.seqlen) + added <= p.fwd.seqlen_k && s.first >= 0 &&
+         s.first <= s.seqlen && s.row >= 0 && s.row < p.num_cache_entries;
+  if (p.rotary_cos) {
+    const int rows = added > p.fwd.seqlen_q ? added : p.fwd.seqlen_q;
+    s.ok = s.ok && static_cast<int64_t>(s.seqlen) + rows - 1 < p.rotary_seqlen;
+  }
+  return s;
+}
+
+// Element offset of cache position `pos` (head 0) of a sequence, or -1 when its page index is out
+// of range.  Contiguous caches step entries with the batch stride, paged ones step pages.
+TILEATTN_HOST_DEVICE int64_t cache_offset(const tileattn_kvcache_params& p, const SequenceKeys& s,
+                                          int64_t pos, int64_t batch_stride, int64_t row_stride) {
+  if (p.block_table == nullptr) return s.row * batch_stride + pos * row_stride;
+  const int block = p.block_table[s.row * p.block_table_batch_stride + pos / p.page_size];
+  if (block < 0 || block >= p.num_blocks) return -1;
+  return block * batch_stride + (pos % p.page_size) * row_stride;
+}
+
+}  // namespace tileattn::cuda::decode

@@ -1,0 +1,16 @@
+// Host side of the CUDA decode: the launcher each dtype instantiates (decode_bf16.cu,
+// decode_fp16.cu), called by cuda_forward_kvcache once the arguments are checked and resolved.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/decode/decode_args.h"
+
+namespace tileattn::cuda::decode {
+
+// Appends (when k_new is given), picks num_splits, runs the split kernel and, with more than one
+// split, the combine kernel, all on `stream`.  args.num_splits holds the caller's request.
+template <typename T>
+void run_decode(DecodeArgs args, cudaStream_t stream);
+
+}  // namespace tileattn::cuda::decode
