@@ -22,4 +22,7 @@ if command -v nvcc >/dev/null && [ "${TILEATTN_SKIP_CUDA_COMPILE:-0}" != 1 ]; th
 fi
 
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation .
-python3 -m pytest tests/python bench/tests
+python3 -m pytest tests/python
+# The benchmark CLI's own tests (CPU: dry runs, the FA1 Triton kernel in Triton's interpreter), in a
+# separate run: both folders' tests import their own `conftest`.
+python3 -m pytest -q bench/tests
