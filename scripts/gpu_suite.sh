@@ -32,5 +32,7 @@ if [[ $WHAT == all || $WHAT == bench ]]; then
   # come back from the device.
   python3 -m bench sweep --shapes fa --direction fwd bwd --backends tileattn sdpa-flash sdpa-cudnn \
     --plot fwd --out "$OUT/sweep.csv" 2>&1 | tee "$OUT/sweep.log" | tail -40
+  # Backward alone, atomic and deterministic next to SDPA flash and cuDNN.
+  python3 bench/gpu/bwd_sweep.py --out "$OUT/bwd_sweep.csv" 2>&1 | tail -40
 fi
 exit $rc

@@ -120,6 +120,11 @@ def main():
         ("dropout alibiH d200", 2, 129, 200, 4, 4, 200, bf, dict(dropout_p=0.17, alibi="H")),
         ("seqlen1 d72", 1, 1, 1, 2, 2, 72, bf, {}),
         ("seqlen17 d72", 1, 17, 17, 2, 2, 72, fp, {}),
+        # head_dim % 8 != 0: rows are not 16-byte aligned, so the WMMA fallback runs
+        ("fallback causal gqa d36", 2, 77, 90, 4, 2, 36, bf, dict(causal=True)),
+        # 1024 CTAs, several waves: deterministic turns must not deadlock or reorder
+        ("causal gqa many CTAs d64", 4, 2048, 2048, 16, 4, 64, bf, dict(causal=True)),
+        ("window many CTAs d256", 2, 1500, 1500, 8, 8, 256, fp, dict(window=(300, 100))),
     ]
     ok = True
     for name, b, sq, sk, h, hk, d, dtype, opts in cases:

@@ -1,4 +1,5 @@
-// Tile sizes and shared-memory layout of the CUDA backward (FA2 Algorithm 2), chosen in one place.
+// The head-dim buckets of the CUDA backward, and the tile sizes and shared-memory layout of its
+// WMMA fallback (bwd_kernels.cuh); the FA2 kernel's tiles are in bwd_fa2_traits.h.
 #pragma once
 
 #include <cstddef>

@@ -1,36 +1,22 @@
-// The CUDA backward, FlashAttention-2's Algorithm 2, as four kernels:
+// The kernels around the FA2 main kernel (bwd_fa2_kernel.cuh), and the WMMA fallback used when an
+// input's rows are not 16-byte aligned (head_dim % 8 != 0 or odd strides):
 //   bwd_delta      D_i = rowsum(dO_i o O_i)
-//   bwd_main       one CTA per (key block, sequence, query head): loops over the query blocks that
-//                  see its keys, recomputing P from Q, K and the saved LSE;
+//   bwd_main       (fallback) one CTA per (key block, sequence, query head): loops over the query
+//                  blocks that see its keys, recomputing P from Q, K and the saved LSE;
 //                    S = Q K^T,  dP = dO V^T,  P = exp(S' - LSE),  dS = P o (dP - D)
-//                    dV += P^T dO,  dK += dS^T Q  (in shared memory, written once at the end)
+//                    dV += P^T dO,  dK += dS^T Q  (in registers, written once at the end)
 //                    dQ += dS K  (float atomics into a workspace; skipped when deterministic)
-//   bwd_dq         deterministic mode: one CTA per query block loops over the key blocks and
-//                  accumulates dQ in shared memory; no atomics, so the sum order is fixed
+//   bwd_dq         (fallback) deterministic mode: one CTA per query block loops over the key
+//                  blocks and accumulates dQ in registers; no atomics, so the sum order is fixed
 //   bwd_finish     scales and converts dQ and, under GQA, sums dK/dV over each head group
 #pragma once
 
+#include "cuda/backward/bwd_args.h"
 #include "cuda/backward/bwd_config.h"
 #include "cuda/backward/bwd_tiles.cuh"
 #include "cuda/backward/warp_gemm.cuh"
 
 namespace tileattn::cuda::bwd {
-
-struct BwdArgs {
-  tileattn_bwd_params p;  // validated, softmax_scale resolved
-  float* delta;           // (H, q_rows)
-  float* dq_accum;        // (H, q_rows, head_dim); null when deterministic
-  float* dk_expanded;     // (H, k_rows, head_dim) per query head; null without GQA
-  float* dv_expanded;
-  int64_t q_rows, k_rows;  // rows of every sequence, packed (see packed_q_row)
-  bool deterministic;
-  bool vector_q, vector_k, vector_v, vector_dout;  // 16-byte loads are safe for that input
-};
-
-// Keys stored for sequence b (seqused_k may use fewer; the rest get zero gradients).
-__device__ inline int stored_keys(const tileattn_fwd_params& f, int b) {
-  return f.cu_seqlens_k ? f.cu_seqlens_k[b + 1] - f.cu_seqlens_k[b] : f.seqlen_k;
-}
 
 constexpr int kRowsPerWarpKernel = 8;  // bwd_delta / bwd_finish: one warp per row, 8 per CTA
 
@@ -176,7 +162,7 @@ __global__ void __launch_bounds__(BwdConfig<kHeadDim>::kThreads) bwd_main_kernel
         for (int i = threadIdx.x; i < rows * C::kDim; i += C::kThreads) {
           const int r = i / C::kDim, c = i % C::kDim;
           if (c < f.head_dim) {
-            atomicAdd(a.dq_accum + (h * a.q_rows + packed_q_row(f, s, row0 + r)) * f.head_dim + c,
+            atomicAdd(a.dq_accum + (h * a.q_rows + packed_q_row(f, s, row0 + r)) * a.dq_pitch + c,
                       t.staging[r * C::kAccPitch + c]);
           }
         }
@@ -245,7 +231,7 @@ __global__ void bwd_finish_dq_kernel(BwdArgs a) {
   const SequenceView s = sequence_view(f, b);
   const int row = blockIdx.x * kRowsPerWarpKernel + threadIdx.x / 32;
   if (row >= s.seqlen_q) return;
-  const float* src = a.dq_accum + (h * a.q_rows + packed_q_row(f, s, row)) * f.head_dim;
+  const float* src = a.dq_accum + (h * a.q_rows + packed_q_row(f, s, row)) * a.dq_pitch;
   Element* dst = static_cast<Element*>(a.p.dq) +
                  q_offset(s, a.p.dq_batch_stride, a.p.dq_row_stride, a.p.dq_head_stride, row, h);
   for (int d = lane; d < f.head_dim; d += 32) dst[d] = from_float<Element>(src[d] * f.softmax_scale);

@@ -47,7 +47,7 @@ void run_bwd_delta(const BwdArgs& args, cudaStream_t stream) {
 template <typename Element>
 void run_bwd_finish(const BwdArgs& args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
-  if (!args.deterministic && f.seqlen_q > 0) {
+  if (args.dq_accum != nullptr && f.seqlen_q > 0) {
     const dim3 grid(ceil_div(f.seqlen_q, kRowsPerWarpKernel), f.batch, f.num_heads);
     bwd_finish_dq_kernel<Element><<<grid, kRowsPerWarpKernel * 32, 0, stream>>>(args);
     check_cuda(cudaGetLastError(), "bwd_finish_dq_kernel");

@@ -1,5 +1,5 @@
-// Host side of the CUDA backward: the launcher each (head-dim bucket, dtype) instantiation
-// provides, and the arguments every kernel shares.
+// Host side of the CUDA backward: the launchers each (head-dim bucket, dtype) instantiation
+// provides.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,7 +12,13 @@ namespace tileattn::cuda::bwd {
 
 struct BwdArgs;
 
-// Runs the main kernel (and, when deterministic, the dQ kernel) for one bucket and dtype.
+// The FA2 register-level main kernel for one bucket (64, 128, 256) and dtype (cutlass::half_t,
+// cutlass::bfloat16_t).  Needs 16-byte aligned rows (BwdArgs' vector_* flags all true).
+template <int kHeadDim, typename Element>
+void run_fa2_bwd(const BwdArgs& args, cudaStream_t stream);
+
+// The fallback for inputs that are not 16-byte aligned: the WMMA main kernel (and, when
+// deterministic, the dQ kernel) for one bucket and dtype (__half, __nv_bfloat16).
 template <int kHeadDim, typename Element>
 void run_bwd_tiles(const BwdArgs& args, cudaStream_t stream);
 

@@ -54,6 +54,11 @@ __device__ void load_tile(Element* tile, const Element* src, int64_t row_stride,
   }
 }
 
+// Keys stored for sequence b (seqused_k may use fewer; the rest get zero gradients).
+__device__ inline int stored_keys(const tileattn_fwd_params& f, int b) {
+  return f.cu_seqlens_k ? f.cu_seqlens_k[b + 1] - f.cu_seqlens_k[b] : f.seqlen_k;
+}
+
 // What turns raw products into probabilities and score gradients for one (sequence, head).
 struct ScoreRule {
   float scale;            // softmax_scale

@@ -1,12 +1,17 @@
 // tileattn::cuda_backward: device checks, the float32 workspace, and the kernel sequence
-// delta -> main (-> deterministic dQ) -> finish, all on the caller's stream.
+// delta -> main -> finish, all on the caller's stream.  The main kernel is the FA2 register-level
+// one (bwd_fa2_kernel.cuh) when every input has 16-byte aligned rows and its tiles fit the GPU's
+// shared memory; otherwise the WMMA fallback (bwd_kernels.cuh), with its own deterministic dQ kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "api/backends.h"
+#include <cutlass/numeric_types.h>
+
+#include "cuda/backward/bwd_args.h"
 #include "cuda/backward/bwd_config.h"
-#include "cuda/backward/bwd_kernels.cuh"
+#include "cuda/backward/bwd_fa2_traits.h"
 #include "cuda/backward/bwd_launch.h"
 #include "cuda/check.h"
 #include "cuda/device_checks.h"
@@ -24,6 +29,7 @@ class Workspace {
   ~Workspace() {
     for (void* ptr : buffers_) cudaFreeAsync(ptr, stream_);
   }
+  int* ints(int64_t count) { return reinterpret_cast<int*>(floats(count, true)); }  // zeroed
   float* floats(int64_t count, bool zeroed) {
     void* ptr = nullptr;
     const size_t bytes = static_cast<size_t>(count > 0 ? count : 1) * sizeof(float);
@@ -35,19 +41,48 @@ class Workspace {
 
  private:
   cudaStream_t stream_;
-  void* buffers_[4] = {nullptr, nullptr, nullptr, nullptr};
+  void* buffers_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   int used_ = 0;
 };
 
+// The FA2 instance for a head-dim bucket; Element is the CuTe type (cutlass::half_t / bfloat16_t).
 template <typename Element>
-void run_backward(const bwd::BwdArgs& args, cudaStream_t stream) {
-  bwd::run_bwd_delta<Element>(args, stream);
-  switch (bwd::head_dim_bucket(args.p.fwd.head_dim)) {
+void run_fa2_main(const bwd::BwdArgs& args, int bucket, cudaStream_t stream) {
+  switch (bucket) {
+    case 64: bwd::run_fa2_bwd<64, Element>(args, stream); break;
+    case 128: bwd::run_fa2_bwd<128, Element>(args, stream); break;
+    default: bwd::run_fa2_bwd<256, Element>(args, stream); break;
+  }
+}
+
+template <typename Element>
+void run_fallback_main(const bwd::BwdArgs& args, int bucket, cudaStream_t stream) {
+  switch (bucket) {
     case 64: bwd::run_bwd_tiles<64, Element>(args, stream); break;
     case 128: bwd::run_bwd_tiles<128, Element>(args, stream); break;
     default: bwd::run_bwd_tiles<256, Element>(args, stream); break;
   }
+}
+
+// Element: __half / __nv_bfloat16 for the small kernels; CuteElement the same type for CuTe.
+template <typename Element, typename CuteElement>
+void run_backward(const bwd::BwdArgs& args, bool fa2, cudaStream_t stream) {
+  const int bucket = bwd::head_dim_bucket(args.p.fwd.head_dim);
+  bwd::run_bwd_delta<Element>(args, stream);
+  if (fa2) {
+    run_fa2_main<CuteElement>(args, bucket, stream);
+  } else {
+    run_fallback_main<Element>(args, bucket, stream);
+  }
   bwd::run_bwd_finish<Element>(args, stream);
+}
+
+int device_smem_optin() {
+  int device = 0, bytes = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute");
+  return bytes;
 }
 
 // 16-byte loads need a 16-byte aligned base, strides of whole 16-byte vectors, whole vectors per row.
@@ -86,17 +121,30 @@ void cuda_backward(const BackwardParams& p) {
   args.vector_v = vectorizable(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, f.head_dim, varlen);
   args.vector_dout = vectorizable(p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride,
                                   f.head_dim, varlen);
+  const bool fa2 = args.vector_q && args.vector_k && args.vector_v && args.vector_dout &&
+                   bwd::fa2_bwd_smem_bytes(bwd::head_dim_bucket(f.head_dim)) <= device_smem_optin();
   Workspace workspace(stream);
   args.delta = workspace.floats(f.num_heads * args.q_rows, false);
-  if (!args.deterministic) args.dq_accum = workspace.floats(f.num_heads * args.q_rows * f.head_dim, true);
+  // dQ accumulates in float32 atomics, except on the fallback's deterministic path.
+  if (fa2 || !args.deterministic) {
+    // The FA2 kernel's rows are padded to the bucket: a compile-time pitch makes every atomic's
+    // address an immediate offset from one per-thread pointer (no address registers to spill).
+    args.dq_pitch = fa2 ? bwd::head_dim_bucket(f.head_dim) : f.head_dim;
+    args.dq_accum = workspace.floats(f.num_heads * args.q_rows * args.dq_pitch, true);
+  }
+  if (fa2 && args.deterministic) {
+    const int block_m = bwd::fa2_bwd_tile_config(bwd::head_dim_bucket(f.head_dim)).block_m;
+    args.dq_turn_blocks = (f.seqlen_q + block_m - 1) / block_m;
+    args.dq_turns = workspace.ints(static_cast<int64_t>(f.batch) * f.num_heads * args.dq_turn_blocks);
+  }
   if (f.num_heads != f.num_heads_k) {
     args.dk_expanded = workspace.floats(f.num_heads * args.k_rows * f.head_dim, false);
     args.dv_expanded = workspace.floats(f.num_heads * args.k_rows * f.head_dim, false);
   }
   if (f.dtype == TILEATTN_FLOAT16) {
-    run_backward<__half>(args, stream);
+    run_backward<__half, cutlass::half_t>(args, fa2, stream);
   } else {
-    run_backward<__nv_bfloat16>(args, stream);
+    run_backward<__nv_bfloat16, cutlass::bfloat16_t>(args, fa2, stream);
   }
 }
 

@@ -1,0 +1,304 @@
+// The main backward kernel, FlashAttention-2's Algorithm 2 at register level: one CTA per
+// (key block, sequence, query head) keeps its K and V tiles in shared memory and dK, dV in
+// registers, and walks the query blocks that see its keys, from the last down.  Per query block i:
+//   wait for Q_i, dO_i; start loading the next block's Q, dO into the other stage   (cp.async)
+//   S  = Q_i K^T,  dP = dO_i V^T                    registers (ldmatrix + mma.sync)
+//   P  = exp(S' - LSE_i),  dS = P o (dP - D_i)      registers (bwd_fa2_scores.cuh)
+//   P, dS -> 16-bit -> shared memory, once           (the next products read them transposed)
+//   dV += P^T dO_i,  dK += dS^T Q_i                  registers, for the whole walk
+//   dQ_i += dS K                                      float atomics into the workspace (rows
+//                                                    padded to the bucket), in key block order
+//                                                    when deterministic (bwd_dq_turns.cuh)
+// and at the end writes dK (times the softmax scale) and dV.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "common/sequence.h"
+#include "cuda/backward/bwd_args.h"
+#include "cuda/backward/bwd_dq_turns.cuh"
+#include "cuda/backward/bwd_fa2_gemm.cuh"
+#include "cuda/backward/bwd_fa2_scores.cuh"
+#include "cuda/backward/bwd_fa2_traits.h"
+#include "cuda/backward/bwd_tiles.cuh"
+#include "cuda/cute_utils.h"
+#include "cuda/mask_policy.h"
+
+namespace tileattn::cuda::bwd {
+
+// Adds one thread's dQ fragment to the float32 workspace.  gdq: the thread's partition of the
+// tile's rows in the workspace, whose pitch is the compile-time bucket, so each address is the
+// thread's base pointer plus an immediate; coords: tile-local (row, col) of each value.  Value
+// pairs (2i, 2i + 1) are neighbouring columns: one 8-byte atomic on sm90 (half the atomics).
+// Only the ragged last query block checks rows; padded columns add zeros (K's are zero-filled).
+template <typename TensorAcc, typename TensorG, typename TensorC>
+__device__ __forceinline__ void add_dq(TensorAcc const& acc, TensorG& gdq, TensorC const& coords, int valid_rows,
+                                       bool full_tile) {
+  static_assert(decltype(cute::stride<0, 0>(gdq))::value == 1, "value pairs are column pairs");
+  auto add_pair = [&](int i) __attribute__((always_inline)) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(&gdq(i)), make_float2(acc(i), acc(i + 1)));
+#else
+    atomicAdd(&gdq(i), acc(i));
+    atomicAdd(&gdq(i + 1), acc(i + 1));
+#endif
+  };
+  if (full_tile) {
+    CUTE_UNROLL
+    for (int i = 0; i < cute::size(acc); i += 2) add_pair(i);
+  } else {
+    CUTE_UNROLL
+    for (int i = 0; i < cute::size(acc); i += 2) {
+      if (cute::get<0>(coords(i)) < valid_rows) add_pair(i);
+    }
+  }
+}
+
+template <typename Traits, bool kTransforms, bool kDropout>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) fa2_bwd_kernel(const __grid_constant__ BwdArgs a) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  extern __shared__ __align__(128) char smem[];
+  const tileattn_fwd_params& f = a.p.fwd;
+  const int tid = threadIdx.x;
+  const int n_block = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
+  const int n0 = n_block * kBlockN;
+  const int group = f.num_heads / f.num_heads_k, head_k = h / group;
+  const SequenceView seq = sequence_view(f, b);
+  const int stored = stored_keys(f, b);
+  if (n0 >= stored) return;  // varlen: this sequence has fewer keys than max_seqlen_k
+  const ScoreRule rule = make_rule(f, seq, b, h);
+  const float scale_log2 = f.softmax_scale * kLog2e;
+  const int head_dim = f.head_dim;
+
+  // Query blocks this key block sees: m such that n_block is in m's key-block range, the same
+  // rule the forward uses, so causal / window tiles with no visible pair are skipped.  They run
+  // from the last down: under a causal or window mask every key block's first query block is
+  // then the one its lower neighbours reach first too, so the deterministic turns (ascending key
+  // block per query block) keep all CTAs of a head in lockstep instead of making the short ones
+  // wait for the long ones to catch up.
+  const int num_m_blocks = (seq.seqlen_q + kBlockM - 1) / kBlockM;
+  auto key_range = [&](int m) {
+    return key_block_range(m * kBlockM, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k, f.window_left,
+                           f.window_right);
+  };
+  auto next_visited = [&](int m) {  // the first visited block at or below m, or -1
+    for (; m >= 0; --m) {
+      const KeyBlockRange r = key_range(m);
+      if (n_block >= r.n_block_min && n_block < r.n_block_max) break;
+    }
+    return m;
+  };
+  int m_block = n0 < seq.seqlen_k ? next_visited(num_m_blocks - 1) : -1;
+
+  // Shared memory.
+  auto smem_ptr = [&](int offset) { return make_smem_ptr(reinterpret_cast<Element*>(smem + offset)); };
+  Tensor sK = make_tensor(smem_ptr(Traits::kOffsetK), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(smem_ptr(Traits::kOffsetV), typename Traits::SmemLayoutKV{});
+  Tensor sKt = make_tensor(smem_ptr(Traits::kOffsetK), typename Traits::SmemLayoutKt{});
+  Tensor sKtNoSwizzle = make_tensor(smem_ptr(Traits::kOffsetK), typename Traits::SmemLayoutKtNoSwizzle{});
+  Tensor sP = make_tensor(smem_ptr(Traits::kOffsetP), typename Traits::SmemLayoutPdS{});
+  Tensor sPt = make_tensor(smem_ptr(Traits::kOffsetP), typename Traits::SmemLayoutPdSt{});
+  Tensor sPtNoSwizzle = make_tensor(smem_ptr(Traits::kOffsetP), typename Traits::SmemLayoutPdStNoSwizzle{});
+  Tensor sdS = make_tensor(smem_ptr(Traits::kOffsetdS), typename Traits::SmemLayoutPdS{});
+  Tensor sdSt = make_tensor(smem_ptr(Traits::kOffsetdS), typename Traits::SmemLayoutPdSt{});
+  auto sQ_stage = [&](int offset, int stage) {
+    return make_tensor(smem_ptr(offset + stage * Traits::kQBytes), typename Traits::SmemLayoutQ{});
+  };
+  auto sQt_stage = [&](int offset, int stage) {
+    return make_tensor(smem_ptr(offset + stage * Traits::kQBytes), typename Traits::SmemLayoutQt{});
+  };
+  Tensor sQtNoSwizzle = make_tensor(smem_ptr(Traits::kOffsetQ), typename Traits::SmemLayoutQtNoSwizzle{});
+
+  // Global memory: this head's rows from row 0 of the sequence.
+  const Element* q_rows = static_cast<const Element*>(f.q) +
+                          q_offset(seq, f.q_batch_stride, f.q_row_stride, f.q_head_stride, 0, h);
+  const Element* dout_rows = static_cast<const Element*>(a.p.dout) +
+                             q_offset(seq, a.p.dout_batch_stride, a.p.dout_row_stride, a.p.dout_head_stride, 0, h);
+  auto query_tile = [&](const Element* rows, int64_t row_stride, int m) {
+    return make_tensor(make_gmem_ptr(rows + m * kBlockM * row_stride),
+                       make_layout(Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_stride(row_stride, _1{})));
+  };
+  Tensor gK = make_tensor(
+      make_gmem_ptr(static_cast<const Element*>(f.k) +
+                    k_offset(seq, f.k_batch_stride, f.k_row_stride, f.k_head_stride, n0, head_k)),
+      make_layout(Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_stride(f.k_row_stride, _1{})));
+  Tensor gV = make_tensor(
+      make_gmem_ptr(static_cast<const Element*>(f.v) +
+                    k_offset(seq, f.v_batch_stride, f.v_row_stride, f.v_head_stride, n0, head_k)),
+      make_layout(Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_stride(f.v_row_stride, _1{})));
+
+  // global -> smem, rows past the sequence and columns past head_dim zero-filled (they add 0).
+  typename Traits::GmemTiledCopy gmem_copy;
+  auto gmem_thr = gmem_copy.get_thread_slice(tid);
+  Tensor tQcQ = gmem_thr.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tKcK = gmem_thr.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  Tensor tQpCol = make_tensor<bool>(make_shape(size<2>(tQcQ)));
+  Tensor tKpCol = make_tensor<bool>(make_shape(size<2>(tKcK)));
+  CUTE_UNROLL
+  for (int k = 0; k < size(tQpCol); ++k) tQpCol(k) = get<1>(tQcQ(0, 0, k)) < head_dim;
+  CUTE_UNROLL
+  for (int k = 0; k < size(tKpCol); ++k) tKpCol(k) = get<1>(tKcK(0, 0, k)) < head_dim;
+  auto load_query_block = [&](int m, int stage) {
+    const int rows = seq.seqlen_q - m * kBlockM;
+    copy_tile_predicated<true>(gmem_copy, gmem_thr.partition_S(query_tile(q_rows, f.q_row_stride, m)),
+                               gmem_thr.partition_D(sQ_stage(Traits::kOffsetQ, stage)), tQcQ, tQpCol, rows);
+    copy_tile_predicated<true>(gmem_copy,
+                               gmem_thr.partition_S(query_tile(dout_rows, a.p.dout_row_stride, m)),
+                               gmem_thr.partition_D(sQ_stage(Traits::kOffsetdO, stage)), tQcQ, tQpCol, rows);
+  };
+
+  // The three tiled MMAs, their register operands, and the ldmatrix partitions that do not
+  // depend on the Q / dO stage.
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+  Tensor tSrQ = thr_sdp.partition_fragment_A(sQ_stage(Traits::kOffsetQ, 0));   // Q or dO
+  Tensor tSrK = thr_sdp.partition_fragment_B(sK);                              // K or V
+  Tensor tdKVrPt = thr_dkv.partition_fragment_A(sPtNoSwizzle);                 // P^T or dS^T
+  Tensor tdKVrQt = thr_dkv.partition_fragment_B(sQtNoSwizzle);                 // dO^T or Q^T
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKtNoSwizzle);
+
+  auto copy_a_sdp = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma_sdp);
+  auto copy_b_sdp = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, mma_sdp);
+  auto copy_a_dkv = make_tiled_copy_A(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
+  auto copy_b_dkv = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
+  auto copy_a_dq = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma_dq);
+  auto copy_b_dq = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dq);
+  Tensor tSsK = copy_b_sdp.get_thread_slice(tid).partition_S(sK);
+  Tensor tdPsV = copy_b_sdp.get_thread_slice(tid).partition_S(sV);
+  Tensor tdVsPt = copy_a_dkv.get_thread_slice(tid).partition_S(sPt);
+  Tensor tdKsdSt = copy_a_dkv.get_thread_slice(tid).partition_S(sdSt);
+  Tensor tdQsdS = copy_a_dq.get_thread_slice(tid).partition_S(sdS);
+  Tensor tdQsKt = copy_b_dq.get_thread_slice(tid).partition_S(sKt);
+
+  // P and dS, registers -> smem.
+  auto copy_pds = make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, mma_sdp);
+  auto thr_copy_pds = copy_pds.get_thread_slice(tid);
+  Tensor tPsP = thr_copy_pds.partition_D(sP);
+  Tensor tdSsdS = thr_copy_pds.partition_D(sdS);
+
+  // Tile-local (row, col) of every S / dP and dQ value this thread holds, as (rows, cols) views.
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor score_coords = make_tensor(tScS.data(), acc_rowcol_layout(tScS.layout()));
+  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  constexpr int kRows = decltype(size<0>(score_coords))::value;
+
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  clear(acc_dk);
+  clear(acc_dv);
+
+  if (m_block >= 0) {
+    const int keys = seq.seqlen_k - n0;
+    copy_tile_predicated<true>(gmem_copy, gmem_thr.partition_S(gK), gmem_thr.partition_D(sK), tKcK, tKpCol, keys);
+    copy_tile_predicated<true>(gmem_copy, gmem_thr.partition_S(gV), gmem_thr.partition_D(sV), tKcK, tKpCol, keys);
+    load_query_block(m_block, 0);
+    cp_async_fence();
+  }
+
+  for (int stage = 0; m_block >= 0; stage ^= 1) {
+    const int m0 = m_block * kBlockM;
+    const int m_next = next_visited(m_block - 1);
+    const KeyBlockRange range = key_range(m_block);
+    // Row statistics, in flight during the two products below.
+    float lse_log2[kRows], delta[kRows];
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row = m0 + get<0>(score_coords(r, 0));
+      const bool valid = row < seq.seqlen_q;
+      lse_log2[r] = valid ? f.softmax_lse[lse_offset(f, seq, row, h)] * kLog2e : INFINITY;
+      delta[r] = valid ? a.delta[h * a.q_rows + packed_q_row(f, seq, row)] : 0.f;
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();  // Q_i, dO_i visible; every warp is done with the other stage, P and dS
+    if (m_next >= 0) {
+      load_query_block(m_next, stage ^ 1);
+      cp_async_fence();
+    }
+
+    // S = Q K^T, dP = dO V^T
+    Tensor sQ = sQ_stage(Traits::kOffsetQ, stage);
+    Tensor sdO = sQ_stage(Traits::kOffsetdO, stage);
+    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    clear(acc_s);
+    clear(acc_dp);
+    gemm_smem(mma_sdp, acc_s, tSrQ, tSrK, copy_a_sdp.get_thread_slice(tid).partition_S(sQ), tSsK,
+              copy_a_sdp, copy_b_sdp);
+    gemm_smem(mma_sdp, acc_dp, tSrQ, tSrK, copy_a_sdp.get_thread_slice(tid).partition_S(sdO), tdPsV,
+              copy_a_sdp, copy_b_sdp);
+
+    // P and dS in registers, then 16-bit copies in smem.
+    Tensor scores = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
+    Tensor dscores = make_tensor(acc_dp.data(), acc_rowcol_layout(acc_dp.layout()));
+    if (range.needs_mask(n_block, kBlockN)) {
+      probs_and_score_grads<true, kTransforms, kDropout>(scores, dscores, score_coords, lse_log2, delta, rule,
+                                                         scale_log2, m0, n0);
+    } else {
+      probs_and_score_grads<false, kTransforms, kDropout>(scores, dscores, score_coords, lse_log2, delta, rule,
+                                                          scale_log2, m0, n0);
+    }
+    Tensor rP = convert_fragment<Element>(acc_s);
+    Tensor rdS = convert_fragment<Element>(acc_dp);
+    copy(copy_pds, thr_copy_pds.retile_S(rP), tPsP);
+    copy(copy_pds, thr_copy_pds.retile_S(rdS), tdSsdS);
+    __syncthreads();
+
+    // dV += (Z o P)^T dO,  dK += dS^T Q
+    gemm_smem(mma_dkv, acc_dv, tdKVrPt, tdKVrQt, tdVsPt,
+              copy_b_dkv.get_thread_slice(tid).partition_S(sQt_stage(Traits::kOffsetdO, stage)), copy_a_dkv,
+              copy_b_dkv);
+    gemm_smem(mma_dkv, acc_dk, tdKVrPt, tdKVrQt, tdKsdSt,
+              copy_b_dkv.get_thread_slice(tid).partition_S(sQt_stage(Traits::kOffsetQ, stage)), copy_a_dkv,
+              copy_b_dkv);
+
+    // dQ_i += dS K (unscaled; the finish kernel applies the softmax scale)
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    clear(acc_dq);
+    gemm_smem(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, copy_a_dq, copy_b_dq);
+    Tensor gdQ = make_tensor(make_gmem_ptr(a.dq_accum + (h * a.q_rows + packed_q_row(f, seq, m0)) * kHeadDim),
+                             Layout<Shape<Int<kBlockM>, Int<kHeadDim>>, Stride<Int<kHeadDim>, _1>>{});
+    Tensor tdQgdQ = thr_dq.partition_C(gdQ);
+    const int valid_rows = seq.seqlen_q - m0;
+    if (a.dq_turns != nullptr) {
+      int* counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m_block;
+      wait_for_turn(counter, n_block - range.n_block_min);
+      add_dq(acc_dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
+      pass_turn(counter);
+    } else {
+      add_dq(acc_dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
+    }
+    m_block = m_next;
+  }
+
+  // dK = scale * sum dS^T Q, dV as accumulated; keys in [seqlen_k, stored) hold zeros.
+  Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  const int rows_out = min(kBlockN, stored - n0);
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_dk); ++i) {
+    const int r = get<0>(tdKVc(i)), c = get<1>(tdKVc(i));
+    if (r >= rows_out || c >= head_dim) continue;
+    const float dk = acc_dk(i) * f.softmax_scale, dv = acc_dv(i);
+    if (group == 1) {
+      static_cast<Element*>(a.p.dk)[k_offset(seq, a.p.dk_batch_stride, a.p.dk_row_stride, a.p.dk_head_stride,
+                                             n0 + r, h) + c] = Element(dk);
+      static_cast<Element*>(a.p.dv)[k_offset(seq, a.p.dv_batch_stride, a.p.dv_row_stride, a.p.dv_head_stride,
+                                             n0 + r, h) + c] = Element(dv);
+    } else {
+      const int64_t index = (h * a.k_rows + packed_k_row(f, seq, n0 + r)) * head_dim + c;
+      a.dk_expanded[index] = dk;
+      a.dv_expanded[index] = dv;
+    }
+  }
+}
+
+}  // namespace tileattn::cuda::bwd

@@ -1,0 +1,43 @@
+// The launcher of the FA2 register-level backward kernel for one (head-dim bucket, dtype),
+// included by the per-instance files bwd_fa2_hdim*_*.cu.
+#pragma once
+
+#include "cuda/backward/bwd_fa2_kernel.cuh"
+#include "cuda/backward/bwd_launch.h"
+#include "cuda/check.h"
+
+namespace tileattn::cuda::bwd {
+
+template <typename Traits, bool kTransforms, bool kDropout>
+void launch_fa2_bwd(const BwdArgs& args, cudaStream_t stream) {
+  const tileattn_fwd_params& f = args.p.fwd;
+  auto kernel = fa2_bwd_kernel<Traits, kTransforms, kDropout>;
+  // Above 48 KB a kernel must opt in; once per instance is enough.
+  static const cudaError_t opt_in =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  check_cuda(opt_in, "fa2_bwd_kernel smem opt-in");
+  const dim3 grid((f.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, f.batch, f.num_heads);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(args);
+  check_cuda(cudaGetLastError(), "fa2_bwd_kernel");
+}
+
+template <int kHeadDim, typename Element>
+void run_fa2_bwd(const BwdArgs& args, cudaStream_t stream) {
+  using Traits = Fa2BwdTraits<kHeadDim, Element>;
+  const tileattn_fwd_params& f = args.p.fwd;
+  if (f.seqlen_k == 0) return;
+  const bool transforms = f.softcap > 0.0f || f.alibi_slopes != nullptr;
+  const bool dropout = f.dropout_p > 0.0f;
+  if (dropout) {
+    if (transforms) launch_fa2_bwd<Traits, true, true>(args, stream);
+    else launch_fa2_bwd<Traits, false, true>(args, stream);
+  } else {
+    if (transforms) launch_fa2_bwd<Traits, true, false>(args, stream);
+    else launch_fa2_bwd<Traits, false, false>(args, stream);
+  }
+}
+
+#define TILEATTN_INSTANTIATE_FA2_BWD(kHeadDim, Element) \
+  template void run_fa2_bwd<kHeadDim, Element>(const BwdArgs&, cudaStream_t);
+
+}  // namespace tileattn::cuda::bwd
