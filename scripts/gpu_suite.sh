@@ -18,6 +18,11 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
     python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward.log" 2>&1 || rc=1
     tail -2 "$OUT/check_forward.log"
   fi
+  # The Hopper forward family is opt-in (src/cuda/cuda_forward.cu): its forward tests again with it.
+  TILEATTN_FORWARD_FAMILY=sm90 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward_sm90.log" 2>&1 || rc=1
+  tail -2 "$OUT/check_forward_sm90.log"
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm90 python3 -m pytest -q -p no:cacheprovider \
+    tests/python -k "not grad and not backward" 2>&1 | tee "$OUT/pytest_cuda_sm90.log" | tail -2 || rc=1
   python3 tests/cuda/check_backward.py > "$OUT/check_backward.log" 2>&1 || rc=1
   tail -1 "$OUT/check_backward.log"
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_backward.py \

@@ -7,7 +7,10 @@ TFLOP/s = 4 * B * H * S^2 * d / time (halved when causal).  Prints a table and w
 date and git commit on every row) to bench/results/.
 
 Usage: python3 bench/gpu/fwd_sweep.py [--lib path/to/libtileattn.so] [--out file.csv]
-       [--headdims 64,128,256] [--seqlens 512,...] [--runs 30]
+       [--headdims 64,128,256] [--seqlens 512,...] [--runs 30] [--families auto|sm80,sm90]
+
+--families times tileattn once per forward family, forced through TILEATTN_FORWARD_FAMILY (see
+src/cuda/cuda_forward.cu); rows are named tileattn-sm80, tileattn-sm90 (plain "tileattn" for auto).
 """
 import argparse
 import ctypes
@@ -31,6 +34,7 @@ def main():
     ap.add_argument("--headdims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--families", default="auto", help="comma list of auto, sm80, sm90")
     args = ap.parse_args()
     sys.argv = [sys.argv[0], args.lib]
     import check_forward as tf  # the ctypes mirror and call helper
@@ -41,7 +45,10 @@ def main():
     out_path = args.out or os.path.join(ROOT, "bench", "results", f"fwd_sweep_{date}.csv")
     rows = []
     print(f"{gpu} | {date} | commit {commit}")
-    print(f"{'causal':>6} {'d':>4} {'seqlen':>6} | {'tileattn':>9} {'sdpa-flash':>10} {'sdpa-cudnn':>10}  TFLOP/s")
+    families = args.families.split(",")
+    impls = ["tileattn" if f == "auto" else f"tileattn-{f}" for f in families]
+    print(f"{'causal':>6} {'d':>4} {'seqlen':>6} | " + " ".join(f"{n:>13}" for n in impls)
+          + f" {'sdpa-flash':>10} {'sdpa-cudnn':>10}  TFLOP/s")
     for causal in (False, True):
         for d in [int(x) for x in args.headdims.split(",")]:
             for s in [int(x) for x in args.seqlens.split(",")]:
@@ -63,12 +70,14 @@ def main():
 
                 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
                 for name, fn in (
-                    ("tileattn", run_tileattn),
+                    *[(n, run_tileattn) for n in impls],
                     ("sdpa-flash", lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)),
                     ("sdpa-cudnn", lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)),
                 ):
                     backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION,
                                "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}.get(name)
+                    if name in impls:  # the library reads the variable on every call
+                        os.environ["TILEATTN_FORWARD_FAMILY"] = families[impls.index(name)]
                     try:
                         if backend is None:
                             ms = median_ms(fn, args.runs)
@@ -79,8 +88,8 @@ def main():
                     except Exception as e:  # a backend that refuses a shape is recorded as missing
                         print(f"  {name} failed: {e}")
                         result[name] = float("nan")
-                print(f"{str(causal):>6} {d:>4} {s:>6} | {result['tileattn']:9.1f} "
-                      f"{result['sdpa-flash']:10.1f} {result['sdpa-cudnn']:10.1f}", flush=True)
+                print(f"{str(causal):>6} {d:>4} {s:>6} | " + " ".join(f"{result[n]:13.1f}" for n in impls)
+                      + f" {result['sdpa-flash']:10.1f} {result['sdpa-cudnn']:10.1f}", flush=True)
                 for name, tflops in result.items():
                     rows.append((gpu, date, commit, name, int(causal), d, s, b, h, tflops))
                 del q, k, v, out, lse, qt, kt, vt
@@ -107,7 +116,7 @@ def plot(rows, path, title):
     fig, axes = plt.subplots(2, len(heads), figsize=(5 * len(heads), 8), squeeze=False)
     for (causal, d) in panels:
         ax = axes[causal][heads.index(d)]
-        for impl in ("tileattn", "sdpa-flash", "sdpa-cudnn"):
+        for impl in sorted({r[3] for r in rows}):
             pts = sorted((r[6], r[9]) for r in rows if r[3] == impl and r[4] == causal and r[5] == d)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
         ax.set_xscale("log", base=2)

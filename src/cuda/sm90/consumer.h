@@ -1,0 +1,158 @@
+// A consumer warpgroup: 64 query rows of every tile the scheduler gives the CTA.  Per tile, key
+// blocks from the last one down, with the softmax of block j overlapping the PV wgmma of block
+// j + 1 inside the warpgroup, and the two consumers' GEMMs interleaved by the ping-pong barrier:
+//
+//   S = Q K(last)^T;  P = softmax step(S)
+//   for j = last - 1 .. first:
+//     [turn]  issue S = Q K(j)^T;  issue O += P V(j + 1)  [pass turn]
+//     wait S; release K(j); mask; P' = softmax step(S)     -- overlaps the PV wgmma
+//     wait PV; release V(j + 1); O *= correction; P = P'
+//   O += P V(first); release V(first)
+//   O /= rowsum; store O and the LSE
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "common/sequence.h"
+#include "cuda/cute_utils.h"
+#include "cuda/mask_policy.h"
+#include "cuda/sm90/epilogue_sm90.h"
+#include "cuda/sm90/kernel_params_sm90.h"
+#include "cuda/sm90/pipeline_sm90.h"
+#include "cuda/sm90/softmax_sm90.h"
+#include "cuda/sm90/wgmma_gemm.h"
+
+namespace tileattn::cuda::sm90 {
+
+template <typename ScorePolicy>
+__device__ __forceinline__ ScorePolicy make_score_policy(ForwardParams const& p, SequenceView const& seq, int batch,
+                                                         int head) {
+  ScorePolicy policy{};
+  if constexpr (ScorePolicy::kTransforms) {
+    policy.softmax_scale = p.softmax_scale;
+    policy.softcap = p.softcap;
+    policy.alibi_slope = p.alibi_slopes != nullptr ? p.alibi_slopes[batch * p.alibi_batch_stride + head] : 0.f;
+    policy.seqlen_q = seq.seqlen_q;
+    policy.seqlen_k = seq.seqlen_k;
+  }
+  return policy;
+}
+
+template <typename Traits, typename ScorePolicy>
+__device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, typename Traits::SharedStorage& ss,
+                                             int consumer) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using Rows = typename Traits::Rows;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  constexpr int kBlockN = Traits::kBlockN;
+  const ForwardParams& p = prm.args.params;
+  const int tid = threadIdx.x % 128;
+
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(tid);
+  auto thr_pv = mma_pv.get_thread_slice(tid);
+
+  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data() + consumer * Traits::kQHalfElems),
+                          typename Traits::SmemLayoutQHalf{});
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKV{});
+  Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutVt{});
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, 1, D / 16) smem descriptors
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, 1, D / 16, stages)
+  Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, 1, kBlockN / 16, stages)
+
+  // Row/column (within this consumer's 64 rows and the key block) of every score held.
+  Tensor cS = thr_qk.partition_C(make_identity_tensor(Shape<Rows, BlockN>{}));
+  Tensor coords = make_tensor(cS.data(), gmma_acc_rowcol_layout(cS.layout()));
+
+  Tensor acc_s = partition_fragment_C(mma_qk, Shape<Rows, BlockN>{});
+  Tensor acc_o = partition_fragment_C(mma_pv, Shape<Rows, HeadDim>{});
+  Tensor scores = make_tensor(acc_s.data(), gmma_acc_rowcol_layout(acc_s.layout()));
+  Tensor acc_o_rows = make_tensor(acc_o.data(), gmma_acc_rowcol_layout(acc_o.layout()));
+  constexpr int kRowsPerThread = decltype(size<0>(scores))::value;
+
+  StageCounter<Traits::kStages> k_stage, v_stage;
+  uint32_t q_full_parity = 0;
+  const PingPong ping_pong{consumer};
+  if (consumer == 1) ping_pong.pass_turn();  // consumer 0 issues first
+
+  for (int round = 0;; ++round) {
+    const int tile = prm.scheduler.tile_of(round, blockIdx.x, gridDim.x);
+    if (tile >= prm.scheduler.num_tiles) break;
+    const TileCoords tc = prm.scheduler.coords(tile);
+    const SequenceView seq = sequence_view(p, tc.batch);
+    const int m0 = tc.m_block * kBlockM;
+    const int row0 = m0 + consumer * kRowsPerConsumer;  // this consumer's first query row
+    const KeyBlockRange range = key_block_range(m0, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
+                                                p.window_left, p.window_right);
+    const VisibilityMask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
+    const ScorePolicy score_policy = make_score_policy<ScorePolicy>(p, seq, tc.batch, tc.head);
+
+    SplitOnlineSoftmax<kRowsPerThread> softmax;
+    softmax.init(prm.args.scale_log2);
+    clear(acc_o);
+
+    if (range.n_block_max > range.n_block_min) {
+      FullBarrier::wait(&ss.q_full, q_full_parity);
+      q_full_parity ^= 1u;
+
+      // S = Q K(n)^T with the score transform and, on the blocks at the edges, the mask.
+      auto scores_of_block = [&](int n) __attribute__((always_inline)) {
+        score_policy.apply(scores, coords, row0, n * kBlockN);
+        if (range.needs_mask(n, kBlockN)) mask.apply(scores, coords, row0, n * kBlockN);
+      };
+      float correction[kRowsPerThread];
+
+      int n = range.n_block_max - 1;
+      FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
+      ping_pong.wait_turn();
+      wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), acc_s);
+      ping_pong.pass_turn();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
+      k_stage.advance();
+      scores_of_block(n);
+      softmax.score_step(scores, correction);  // O is still zero: no rescale
+      Tensor rP = convert_fragment<Element>(acc_s);
+      Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
+
+      for (--n; n >= range.n_block_min; --n) {
+        FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
+        ping_pong.wait_turn();
+        wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), acc_s);
+        FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
+        wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, v_stage.index), acc_o);
+        ping_pong.pass_turn();
+        warpgroup_wait<1>();  // S landed; the PV wgmma may still run
+        warpgroup_fence_operand(acc_s);
+        EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
+        k_stage.advance();
+        scores_of_block(n);
+        const bool rescale = softmax.score_step(scores, correction);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_o);
+        EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
+        v_stage.advance();
+        if (rescale) softmax.rescale_o(acc_o_rows, correction);
+        rP = convert_fragment<Element>(acc_s);
+      }
+
+      FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
+      wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, v_stage.index), acc_o);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
+      v_stage.advance();
+    }
+
+    float lse[kRowsPerThread];
+    softmax.finalize(acc_o_rows, lse);
+    float* lse_rows = p.softmax_lse + lse_offset(p, seq, row0, tc.head);
+    store_tile_output<Traits>(prm, ss, consumer, tid, tc, lse_rows, seq.seqlen_q - row0, acc_o, lse);
+  }
+}
+
+}  // namespace tileattn::cuda::sm90

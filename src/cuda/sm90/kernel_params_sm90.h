@@ -1,0 +1,25 @@
+// What the sm90 kernel receives (one __grid_constant__ struct): the four TMA descriptors, the
+// global shapes they were built for, the tile order, and the sm80 family's per-call arguments.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "cuda/launch_api.h"
+#include "cuda/sm90/tile_scheduler.h"
+
+namespace tileattn::cuda::sm90 {
+
+template <typename Traits>
+struct Sm90Params {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  typename Traits::TmaO tma_o;
+  // (rows, head_dim, heads, batch) of q/out and of k/v: get_tma_tensor needs them again.
+  cute::Shape<int32_t, int32_t, int32_t, int32_t> q_shape;
+  cute::Shape<int32_t, int32_t, int32_t, int32_t> kv_shape;
+  TileScheduler scheduler;
+  FwdKernelArgs args;
+};
+
+}  // namespace tileattn::cuda::sm90

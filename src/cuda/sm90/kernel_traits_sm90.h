@@ -1,0 +1,88 @@
+// The CuTe types of the sm90 forward for one (head-dim bucket, dtype): the wgmma tiled MMAs, the
+// shared-memory layouts (GMMA's 128-byte swizzle), the TMA copy types and the shared storage.
+// Derived from sm90_tile_config(); holds no logic.
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "cuda/sm90/tile_config_sm90.h"
+
+namespace tileattn::cuda::sm90 {
+
+template <int kHeadDim_, typename Element_>
+struct Sm90Traits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr Sm90TileConfig kConfig = sm90_tile_config(kHeadDim_);
+  static constexpr int kBlockN = kConfig.block_n;
+  static constexpr int kStages = kConfig.stages;
+  static constexpr int kRows = kRowsPerConsumer;  // query rows of one consumer warpgroup
+  static_assert(kHeadDim % 64 == 0, "rows of 64 elements = one 128-byte swizzle atom");
+
+  using HeadDim = cute::Int<kHeadDim>;
+  using BlockN = cute::Int<kBlockN>;
+  using Rows = cute::Int<kRows>;
+
+  // S = Q K^T: both operands K-major in smem (the ss variant), M = 64 rows of one warpgroup.
+  using TiledMmaQK = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<Rows, BlockN, HeadDim>>()));
+  // O += P V: P from registers (the rs variant), V read through a transposed view of its
+  // row-major smem tile, so the B operand is MN-major (head dim contiguous).
+  using TiledMmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<Rows, HeadDim, BlockN>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
+
+  // Every tile is rows of kHeadDim elements in 8 x 64 atoms with the 128-byte swizzle, the layout
+  // both TMA (SWIZZLE_128B) and wgmma descriptors read without bank conflicts.
+  using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<Element>;
+  // One consumer's 64 query rows; the Q buffer holds two of them, and O reuses it.
+  using SmemLayoutQHalf = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<Rows, HeadDim>{}));
+  using SmemLayoutKV = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<BlockN, HeadDim, cute::Int<kStages>>{}));
+  // V as the (D, kBlockN) B operand of P V: the same bytes, modes swapped.
+  using SmemLayoutVt = decltype(cute::composition(
+      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<HeadDim, BlockN, cute::Int<kStages>>{},
+                                                cute::Step<cute::_2, cute::_1, cute::_3>{})));
+
+  static constexpr int kQHalfElems = int(cute::cosize(SmemLayoutQHalf{}));
+  static constexpr int kKVElems = int(cute::cosize(SmemLayoutKV{}));
+  static constexpr uint32_t kQHalfBytes = kQHalfElems * sizeof(Element);
+  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  // Global tensors as TMA sees them: (rows, head dim, heads, batch), head dim contiguous.
+  using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using GmemLayout = cute::Layout<GmemShape, GmemStride>;
+  using TmaQ = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      SmemLayoutQHalf{}, cute::Shape<Rows, HeadDim>{}, cute::_1{}));
+  using TmaKV = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<BlockN, HeadDim>{}, cute::_1{}));
+  using TmaO = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_STORE{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
+      SmemLayoutQHalf{}, cute::Shape<Rows, HeadDim>{}, cute::_1{}));
+
+  // Registers -> smem for O: stmatrix (8x8 b16 matrices), the wgmma accumulator's natural store.
+  using SmemCopyAtomO = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, 2 * kQHalfElems, 1024> q;  // Q of both consumers, then their O
+    cute::array_aligned<Element, kKVElems, 1024> k;
+    cute::array_aligned<Element, kKVElems, 1024> v;
+    uint64_t q_full;            // Q landed (TMA transaction barrier)
+    uint64_t q_empty;           // both consumers are done with Q and with O staged over it
+    uint64_t k_full[kStages];   // K stage landed
+    uint64_t k_empty[kStages];  // every consumer thread is done reading K stage
+    uint64_t v_full[kStages];
+    uint64_t v_empty[kStages];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+};
+
+}  // namespace tileattn::cuda::sm90

@@ -1,0 +1,103 @@
+// Host side of one sm90 (head-dim bucket, dtype): builds the TMA descriptors for this call's
+// tensors, the tile order, and launches one persistent CTA per SM.  Included only by the
+// generated fwd_sm90_<dtype>_hdim<D>.cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/check.h"
+#include "cuda/mask_policy.h"
+#include "cuda/sm90/fwd_kernel_sm90.h"
+#include "cuda/sm90/kernel_traits_sm90.h"
+#include "cuda/sm90/launch_api_sm90.h"
+
+namespace tileattn::cuda::sm90 {
+
+// (rows, head_dim, heads, batch) view of one of q, k, v, out for the TMA descriptor.
+template <typename Traits, typename Pointer>
+auto gmem_view(Pointer ptr, int rows, int head_dim, int heads, int batch, int64_t row_stride,
+               int64_t head_stride, int64_t batch_stride) {
+  using namespace cute;
+  return make_tensor(make_gmem_ptr(ptr), make_layout(make_shape(rows, head_dim, heads, batch),
+                                                     make_stride(row_stride, _1{}, head_stride, batch_stride)));
+}
+
+inline int sm_count() {
+  int device = 0, count = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute(multiprocessors)");
+  return count;
+}
+
+template <typename Traits, typename ScorePolicy>
+void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using Rows = typename Traits::Rows;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  const ForwardParams& p = args.params;
+
+  Sm90Params<Traits> prm;
+  prm.args = args;
+  prm.q_shape = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
+  prm.kv_shape = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
+  auto q = gmem_view<Traits>(static_cast<const Element*>(p.q), p.seqlen_q, p.head_dim, p.num_heads, p.batch,
+                             p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+  auto k = gmem_view<Traits>(static_cast<const Element*>(p.k), p.seqlen_k, p.head_dim, p.num_heads_k, p.batch,
+                             p.k_row_stride, p.k_head_stride, p.k_batch_stride);
+  auto v = gmem_view<Traits>(static_cast<const Element*>(p.v), p.seqlen_k, p.head_dim, p.num_heads_k, p.batch,
+                             p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+  auto o = gmem_view<Traits>(static_cast<Element*>(p.out), p.seqlen_q, p.head_dim, p.num_heads, p.batch,
+                             p.out_row_stride, p.out_head_stride, p.out_batch_stride);
+  prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQHalf{}, Shape<Rows, HeadDim>{}, _1{});
+  prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutKV{}),
+                            Shape<BlockN, HeadDim>{}, _1{});
+  prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutKV{}),
+                            Shape<BlockN, HeadDim>{}, _1{});
+  prm.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutQHalf{}, Shape<Rows, HeadDim>{}, _1{});
+
+  const int num_m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t kv_bytes_per_head = 2ll * p.seqlen_k * p.head_dim * static_cast<int64_t>(sizeof(Element));
+  // Causal or windowed tiles differ in length: the longest go first.
+  const bool uneven = p.window_left >= 0 || p.window_right >= 0;
+  prm.scheduler = TileScheduler::make(num_m_blocks, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven);
+
+  auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+             "cudaFuncSetAttribute(max dynamic shared memory)");
+  const int grid = std::min(prm.scheduler.num_tiles, sm_count());
+  kernel<<<grid, kThreads, kSmem, stream>>>(prm);
+  check_cuda(cudaGetLastError(), "sm90 forward kernel launch");
+}
+
+template <int kHeadDim, typename Element>
+int fwd_smem_bytes_sm90() {
+  return Sm90Traits<kHeadDim, Element>::kSmemBytes;
+}
+
+// Two kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
+// ALiBi, a negative scale).  Dropout stays on the sm80 family.
+template <int kHeadDim, typename Element>
+void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
+  using Traits = Sm90Traits<kHeadDim, Element>;
+  if (variant.transformed_scores) {
+    launch_fwd_sm90_variant<Traits, ModifiedScores>(args, stream);
+  } else {
+    launch_fwd_sm90_variant<Traits, PlainScores>(args, stream);
+  }
+}
+
+}  // namespace tileattn::cuda::sm90
+
+#define TILEATTN_INSTANTIATE_FWD_SM90(HEAD_DIM, ELEMENT)                                                     \
+  template void tileattn::cuda::sm90::run_fwd_sm90<HEAD_DIM, ELEMENT>(const tileattn::cuda::FwdKernelArgs&, \
+                                                                      const tileattn::cuda::FwdVariant&,   \
+                                                                      cudaStream_t);                       \
+  template int tileattn::cuda::sm90::fwd_smem_bytes_sm90<HEAD_DIM, ELEMENT>();

@@ -1,0 +1,98 @@
+// The producer warp: one elected thread walks the CTA's tiles in the scheduler's order and issues
+// every TMA load.  Per tile (key blocks visited from the last one down, like the consumers):
+//   K(last)                          -- before Q: it only needs a free K stage, so it loads while
+//                                       the consumers still run the previous tile's epilogue
+//   wait Q empty; Q (both halves)
+//   for n = last .. first:  K(n - 1), V(n)
+// K runs one block ahead of V because a consumer needs K(n - 1) (its next QK^T) before V(n)
+// (the PV of the block whose softmax it is computing).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "common/sequence.h"
+#include "cuda/mask_policy.h"
+#include "cuda/sm90/kernel_params_sm90.h"
+#include "cuda/sm90/pipeline_sm90.h"
+
+namespace tileattn::cuda::sm90 {
+
+template <typename Traits>
+__device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
+                                             typename Traits::SharedStorage& ss) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using Rows = typename Traits::Rows;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  constexpr int kBlockN = Traits::kBlockN;
+  const ForwardParams& p = prm.args.params;
+
+  Tensor mQ = prm.tma_q.get_tma_tensor(prm.q_shape);
+  Tensor mK = prm.tma_k.get_tma_tensor(prm.kv_shape);
+  Tensor mV = prm.tma_v.get_tma_tensor(prm.kv_shape);
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutKV{});
+
+  StageCounter<Traits::kStages> k_stage, v_stage;
+  uint32_t q_empty_parity = 1;  // the first wait passes: nothing has used Q yet
+  const int heads_per_kv = p.num_heads / p.num_heads_k;
+
+  for (int round = 0;; ++round) {
+    const int tile = prm.scheduler.tile_of(round, blockIdx.x, gridDim.x);
+    if (tile >= prm.scheduler.num_tiles) break;
+    const TileCoords tc = prm.scheduler.coords(tile);
+    const SequenceView seq = sequence_view(p, tc.batch);
+    const int m0 = tc.m_block * kBlockM;
+    const KeyBlockRange range = key_block_range(m0, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
+                                                p.window_left, p.window_right);
+    const bool has_keys = range.n_block_max > range.n_block_min;
+    const int kv_head = tc.head / heads_per_kv;
+
+    // (rows, D, block) views of this head's K and V, and their TMA partitions.
+    Tensor gK = local_tile(mK(_, _, kv_head, tc.batch), Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
+    Tensor gV = local_tile(mV(_, _, kv_head, tc.batch), Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
+    auto k_parts = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto v_parts = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    Tensor tKgK = get<0>(k_parts);  // (TMA, block)
+    Tensor tKsK = get<1>(k_parts);  // (TMA, stage)
+    Tensor tVgV = get<0>(v_parts);
+    Tensor tVsV = get<1>(v_parts);
+
+    auto load_k = [&](int n) {
+      EmptyBarrier::wait(&ss.k_empty[k_stage.index], k_stage.phase ^ 1u);
+      FullBarrier::arrive_and_expect_tx(&ss.k_full[k_stage.index], Traits::kKVTileBytes);
+      copy(prm.tma_k.with(ss.k_full[k_stage.index]), tKgK(_, n), tKsK(_, k_stage.index));
+      k_stage.advance();
+    };
+    auto load_v = [&](int n) {
+      EmptyBarrier::wait(&ss.v_empty[v_stage.index], v_stage.phase ^ 1u);
+      FullBarrier::arrive_and_expect_tx(&ss.v_full[v_stage.index], Traits::kKVTileBytes);
+      copy(prm.tma_v.with(ss.v_full[v_stage.index]), tVgV(_, n), tVsV(_, v_stage.index));
+      v_stage.advance();
+    };
+
+    if (has_keys) load_k(range.n_block_max - 1);
+    EmptyBarrier::wait(&ss.q_empty, q_empty_parity);
+    q_empty_parity ^= 1u;
+    if (has_keys) {
+      // One 64-row box per consumer; rows past seqlen_q come in as zeros.  A half that lies wholly
+      // past seqlen_q is not loaded: its consumer computes rows that are never stored.
+      Tensor gQ = local_tile(mQ(_, _, tc.head, tc.batch), Shape<Rows, HeadDim>{}, make_coord(_, _0{}));
+      const int halves = seq.seqlen_q - m0 > kRowsPerConsumer ? 2 : 1;
+      FullBarrier::arrive_and_expect_tx(&ss.q_full, halves * Traits::kQHalfBytes);
+      for (int half = 0; half < halves; ++half) {
+        Tensor sQ = make_tensor(make_smem_ptr(ss.q.data() + half * Traits::kQHalfElems),
+                                typename Traits::SmemLayoutQHalf{});
+        auto parts = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+        copy(prm.tma_q.with(ss.q_full), get<0>(parts)(_, 2 * tc.m_block + half), get<1>(parts));
+      }
+    }
+    for (int n = range.n_block_max - 1; n >= range.n_block_min; --n) {
+      if (n > range.n_block_min) load_k(n - 1);
+      load_v(n);
+    }
+  }
+}
+
+}  // namespace tileattn::cuda::sm90

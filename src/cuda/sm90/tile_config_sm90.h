@@ -1,0 +1,45 @@
+// Tile sizes of the sm90-family (Hopper) forward kernel, chosen in one place.
+//
+// A CTA is 3 warpgroups: one producer (TMA loads) and two consumers, each consumer owning 64 query
+// rows of a 128-row query tile (wgmma's M is 64 per warpgroup).  Both consumers read the same K/V
+// tiles, so one TMA load of K or V feeds 128 query rows.
+#pragma once
+
+namespace tileattn::cuda::sm90 {
+
+struct Sm90TileConfig {
+  int block_n;  // key rows per mainloop step
+  int stages;   // K and V shared-memory buffers each (the TMA pipeline depth)
+};
+
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kRowsPerConsumer = 64;                              // wgmma M
+constexpr int kBlockM = kConsumerWarpgroups * kRowsPerConsumer;  // 128 query rows per tile
+constexpr int kThreads = (1 + kConsumerWarpgroups) * 128;         // producer + consumers
+
+// The head-dim buckets compiled for sm90.  Head dims between two buckets run in the larger one:
+// TMA zero-fills the columns past head_dim on load and clips them on store.
+constexpr int kSm90HeadDimBuckets[] = {64, 128, 256};
+
+constexpr int sm90_head_dim_bucket(int head_dim) {
+  for (int bucket : kSm90HeadDimBuckets) {
+    if (head_dim <= bucket) return bucket;
+  }
+  return 0;
+}
+
+// Shared memory is Q (128 x D) plus `stages` K and V tiles (block_n x D each), 2 bytes an element;
+// the H200 allows 227 KB per CTA.  Registers bound block_n: a consumer thread holds 64*block_n/128
+// score floats, half as many registers again for P while the PV wgmma is in flight, and 64*D/128
+// O floats.
+constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
+  // d64: 16 KB Q + 2 x 2 x 16 KB K/V = 80 KB; 64 S + 32 O floats a thread.
+  if (head_dim <= 64) return {128, 2};
+  // d128: 32 KB Q + 2 x 2 x 32 KB = 160 KB; 64 S + 64 O floats.  A 176-key block (FlashAttention-3's
+  // non-causal choice, 208 KB) measured slower here: 484 against 624 TFLOP/s at 8k (perf log).
+  if (head_dim <= 128) return {128, 2};
+  // d256: 64 KB Q + 2 x 2 x 40 KB = 224 KB; 128 O floats leave room for 40 score floats.
+  return {80, 2};
+}
+
+}  // namespace tileattn::cuda::sm90
