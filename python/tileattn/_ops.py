@@ -473,52 +473,45 @@ def _dispatch_needed(*tensors):
     return _traced(tensors) or _recorded(tensors)
 
 
-class _EagerFwd(torch.autograd.Function):
-    @staticmethod
-    def forward(*inputs):
-        return _fwd_impl(*inputs)
+def _eager_function(name, impl, setup_context, grads, backward_op, backward_impl):
+    """A torch.autograd.Function running `impl` with the op's context and backward formula."""
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _fwd_setup_context(ctx, inputs, output)
-        ctx.mark_non_differentiable(*output[1:])
-
-    @staticmethod
     def backward(ctx, dout, _dlse, _dprobs, _drng):
         # create_graph=True records the backward: the op then refuses a double backward.
-        return _fwd_grads(ctx, dout, torch.ops.tileattn.bwd if torch.is_grad_enabled() else _bwd_impl)
+        return grads(ctx, dout, backward_op if torch.is_grad_enabled() else backward_impl)
 
-
-class _EagerVarlenFwd(torch.autograd.Function):
-    @staticmethod
-    def forward(*inputs):
-        return _varlen_fwd_impl(*inputs)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _varlen_fwd_setup_context(ctx, inputs, output)
+    def setup(ctx, inputs, output):
+        setup_context(ctx, inputs, output)
         ctx.mark_non_differentiable(*output[1:])
 
-    @staticmethod
-    def backward(ctx, dout, _dlse, _dprobs, _drng):
-        # create_graph=True records the backward: the op then refuses a double backward.
-        return _varlen_fwd_grads(ctx, dout, torch.ops.tileattn.varlen_bwd if torch.is_grad_enabled() else _varlen_bwd_impl)
+    return type(name, (torch.autograd.Function,), {
+        "forward": staticmethod(impl),
+        "setup_context": staticmethod(setup),
+        "backward": staticmethod(backward)})
+
+
+_EagerFwd = _eager_function("_EagerFwd", _fwd_impl, _fwd_setup_context, _fwd_grads,
+                            torch.ops.tileattn.bwd, _bwd_impl)
+_EagerVarlenFwd = _eager_function("_EagerVarlenFwd", _varlen_fwd_impl, _varlen_fwd_setup_context,
+                                  _varlen_fwd_grads, torch.ops.tileattn.varlen_bwd,
+                                  _varlen_bwd_impl)
+
+
+def _call(op, eager, impl, tensors, args):
+    if _traced(tensors):
+        return op(*args)
+    if _recorded(tensors):
+        return eager.apply(*args)
+    return impl(*args)
 
 
 def call_fwd(q, k, v, *options):
-    if _traced((q, k, v)):
-        return torch.ops.tileattn.fwd(q, k, v, *options)
-    if _recorded((q, k, v)):
-        return _EagerFwd.apply(q, k, v, *options)
-    return _fwd_impl(q, k, v, *options)
+    return _call(torch.ops.tileattn.fwd, _EagerFwd, _fwd_impl, (q, k, v), (q, k, v, *options))
 
 
 def call_varlen_fwd(q, k, v, *options):
-    if _traced((q, k, v)):
-        return torch.ops.tileattn.varlen_fwd(q, k, v, *options)
-    if _recorded((q, k, v)):
-        return _EagerVarlenFwd.apply(q, k, v, *options)
-    return _varlen_fwd_impl(q, k, v, *options)
+    return _call(torch.ops.tileattn.varlen_fwd, _EagerVarlenFwd, _varlen_fwd_impl, (q, k, v),
+                 (q, k, v, *options))
 
 
 def call_kvcache_fwd(q, k_cache, v_cache, k, v, *options):
