@@ -1,0 +1,91 @@
+// The sm90 forward's persistent tile scheduler (src/cuda/sm90/tile_scheduler.h) is integer
+// arithmetic shared by every warp of a CTA: a slip would skip or repeat a (query block, batch,
+// head) tile, i.e. leave rows of the output unwritten or written twice, silently.  Here every CTA's
+// sequence of tiles is replayed on the host, as the kernels walk it, for the sweep's shapes and odd
+// ones: every tile must run exactly once, and longest-first order must put longer tiles first.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda/sm90/tile_scheduler.h"
+
+namespace {
+
+using tileattn::cuda::sm90::TileCoords;
+using tileattn::cuda::sm90::TileScheduler;
+
+struct Shape {
+  int m_blocks, batch, heads, heads_k;
+  int64_t kv_bytes_per_head;
+};
+
+// Replays the kernels' loop (src/cuda/sm90/producer.h, consumer.h) for each CTA.
+std::vector<int> visits(const TileScheduler& s, int grid) {
+  std::vector<int> count(static_cast<size_t>(s.num_tiles), 0);
+  for (int cta = 0; cta < grid; ++cta) {
+    for (int round = 0;; ++round) {
+      const int tile = s.tile_of(round, cta, grid);
+      if (tile >= s.num_tiles) break;
+      ++count[static_cast<size_t>(tile)];
+    }
+  }
+  return count;
+}
+
+void check_shape(const Shape& shape, bool longest_first, int grid) {
+  const TileScheduler s = TileScheduler::make(shape.m_blocks, shape.batch, shape.heads, shape.heads_k,
+                                              shape.kv_bytes_per_head, longest_first);
+  SCOPED_TRACE(testing::Message() << "m_blocks " << shape.m_blocks << " batch " << shape.batch << " heads "
+                                  << shape.heads << "/" << shape.heads_k << " kv bytes "
+                                  << shape.kv_bytes_per_head << " longest_first " << longest_first
+                                  << " grid " << grid);
+  ASSERT_EQ(s.num_tiles, shape.m_blocks * shape.batch * shape.heads);
+  const std::vector<int> count = visits(s, grid);
+  for (int tile = 0; tile < s.num_tiles; ++tile) ASSERT_EQ(count[tile], 1) << "tile " << tile;
+
+  std::vector<int> seen(static_cast<size_t>(s.num_tiles), 0);
+  int previous_m = shape.m_blocks;
+  for (int tile = 0; tile < s.num_tiles; ++tile) {
+    const TileCoords c = s.coords(tile);
+    ASSERT_GE(c.m_block, 0);
+    ASSERT_LT(c.m_block, shape.m_blocks);
+    ASSERT_GE(c.batch, 0);
+    ASSERT_LT(c.batch, shape.batch);
+    ASSERT_GE(c.head, 0);
+    ASSERT_LT(c.head, shape.heads);
+    ++seen[static_cast<size_t>((c.batch * shape.heads + c.head) * shape.m_blocks + c.m_block)];
+    if (longest_first) {
+      // Under a causal mask the bottom query blocks see the most keys: they must come first.
+      ASSERT_LE(c.m_block, previous_m) << "tile " << tile;
+      previous_m = c.m_block;
+    }
+  }
+  for (int i = 0; i < s.num_tiles; ++i) ASSERT_EQ(seen[i], 1) << "coords " << i;
+}
+
+TEST(Sm90TileScheduler, EveryTileRunsExactlyOnce) {
+  constexpr int kSms = 132;  // the H200's
+  std::vector<Shape> shapes;
+  // The FA sweep: 16k tokens (batch = 16384 / seqlen), hidden 2048, 128-row query tiles; K/V bytes
+  // of one head at bf16.
+  for (int seqlen : {512, 1024, 2048, 4096, 8192, 16384}) {
+    for (int dim : {64, 128, 256}) {
+      shapes.push_back({seqlen / 128, 16384 / seqlen, 2048 / dim, 2048 / dim, 4ll * seqlen * dim});
+    }
+  }
+  // Odd shapes: one tile, fewer tiles than SMs, GQA, groups that do not divide the pairs.
+  shapes.push_back({1, 1, 1, 1, 256});
+  shapes.push_back({3, 1, 7, 1, 4ll * 300 * 64});
+  shapes.push_back({8, 3, 14, 2, 30ll << 20});
+  shapes.push_back({17, 5, 6, 3, 9ll << 20});
+  shapes.push_back({128, 1, 8, 8, 4ll * 16384 * 256});
+  for (const Shape& shape : shapes) {
+    const int tiles = shape.m_blocks * shape.batch * shape.heads;
+    for (bool longest_first : {false, true}) {
+      for (int grid : {std::min(tiles, kSms), 1, std::min(tiles, 7)}) check_shape(shape, longest_first, grid);
+    }
+  }
+}
+
+}  // namespace
