@@ -6,6 +6,7 @@
     python3 -m bench profile  Nsight Compute counters of tileattn's forward (tensor-core
                               instructions, DRAM bytes) against a materialized S
     python3 -m bench readme   rewrite README.md's results block from a sweep CSV
+    python3 -m bench ring     ring attention's weak scaling, 1 -> N GPUs over NCCL
 
 Each subcommand takes --help.  Backends are a registry (bench/backends.py) that other code can
 extend with --plugin MODULE.

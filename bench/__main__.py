@@ -3,7 +3,7 @@ import argparse
 import sys
 
 import bench
-from bench import backends, memory, ncu_profile, readme, sweep, varlen
+from bench import backends, memory, ncu_profile, readme, ring_scaling, sweep, varlen
 
 
 def main(argv=None):
@@ -12,7 +12,7 @@ def main(argv=None):
     parser.add_argument("--plugin", action="append", default=[],
                         help="import MODULE first (it may register backends)")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (sweep, memory, varlen, ncu_profile, readme):
+    for module in (sweep, memory, varlen, ncu_profile, readme, ring_scaling):
         module.add_parser(subparsers)
     args = parser.parse_args(argv)
     backends.load_plugins(args.plugin)

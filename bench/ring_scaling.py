@@ -1,6 +1,7 @@
-"""Ring attention's weak scaling: a fixed sequence length per GPU, 1 -> N GPUs over NCCL.
+"""`python3 -m bench ring`: ring attention's weak scaling, a fixed sequence length per GPU,
+1 -> N GPUs over NCCL.
 
-    python3 bench/ring_scaling.py --tokens-per-gpu 8192 --out ring-scaling.csv
+    python3 -m bench ring --tokens-per-gpu 8192 --out ring-scaling.csv
 
 For each GPU count N (powers of two up to the machine's GPUs) it spawns N processes, shards one
 sequence of N x tokens-per-gpu tokens (zigzag when causal), and times ring_flash_attn_func's
@@ -87,16 +88,20 @@ def _commit():
         return os.environ.get("TILEATTN_COMMIT", "unknown")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens-per-gpu", type=int, default=8192)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--out", default="ring-scaling.csv")
-    args = parser.parse_args()
+def add_parser(subparsers):
+    p = subparsers.add_parser("ring", help="ring attention's weak scaling over the machine's GPUs",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokens-per-gpu", type=int, default=8192)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--out", default="ring-scaling.csv")
+    p.set_defaults(run=run)
+
+
+def run(args):
     gpus = torch.cuda.device_count()
     counts = [n for n in (1, 2, 4, 8) if n <= gpus]
     rows = []
@@ -115,7 +120,3 @@ def main():
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-
-
-if __name__ == "__main__":
-    main()
