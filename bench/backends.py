@@ -76,6 +76,16 @@ def _tileattn(q, k, v, causal, family=None):
 register("tileattn")(_tileattn)
 
 
+def _tileattn_deterministic(q, k, v, causal):
+    """tileattn with deterministic=True: the backward's dQ added in a fixed order."""
+    import tileattn
+
+    return lambda: tileattn.flash_attn_func(q, k, v, causal=causal, deterministic=True)
+
+
+register("tileattn-deterministic")(_tileattn_deterministic)
+
+
 def _sdpa(kind):
     def make(q, k, v, causal):
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))

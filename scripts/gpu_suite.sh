@@ -35,9 +35,9 @@ fi
 if [[ $WHAT == all || $WHAT == bench ]]; then
   # The benchmark CLI (bench/__init__.py); one PNG (forward) keeps $OUT within the 8 files that
   # come back from the device.
-  python3 -m bench sweep --shapes fa --direction fwd bwd --backends tileattn sdpa-flash sdpa-cudnn \
+  # The backward is measured atomic and deterministic (tileattn-deterministic).
+  python3 -m bench sweep --shapes fa --direction fwd bwd \
+    --backends tileattn tileattn-deterministic sdpa-flash sdpa-cudnn \
     --plot fwd --out "$OUT/sweep.csv" 2>&1 | tee "$OUT/sweep.log" | tail -40
-  # Backward alone, atomic and deterministic next to SDPA flash and cuDNN.
-  python3 bench/gpu/bwd_sweep.py --out "$OUT/bwd_sweep.csv" 2>&1 | tail -40
 fi
 exit $rc
