@@ -12,15 +12,15 @@ x3.5 for forward+backward) over the time; efficiency is throughput / (N x the 1-
 
 import argparse
 import csv
-import datetime
 import os
 import statistics
-import subprocess
 import tempfile
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from bench import environment
 
 
 def _flops(batch, heads, seqlen, dim, causal, direction):
@@ -79,15 +79,6 @@ def _worker(rank, world, args, folder):
     dist.destroy_process_group()
 
 
-def _commit():
-    """The checkout's commit; TILEATTN_COMMIT where the tree travelled without .git."""
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("TILEATTN_COMMIT", "unknown")
-
-
 def add_parser(subparsers):
     p = subparsers.add_parser("ring", help="ring attention's weak scaling over the machine's GPUs",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -109,8 +100,8 @@ def run(args):
         with tempfile.TemporaryDirectory() as folder:
             mp.spawn(_worker, args=(world, args, folder), nprocs=world, join=True)
             rows += torch.load(os.path.join(folder, "rows.pt"))
-    stamp = dict(gpu=torch.cuda.get_device_name(0), date=datetime.date.today().isoformat(),
-                 commit=_commit())
+    stamp = dict(gpu=torch.cuda.get_device_name(0), date=environment.today(),
+                 commit=environment.commit())
     rows = [dict(stamp, **r) for r in rows]
     single = {(r["causal"], r["direction"]): r["tflops"] for r in rows if r["gpus"] == 1}
     for r in rows:

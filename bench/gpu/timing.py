@@ -1,34 +1,17 @@
-"""Shared by the GPU benchmarks: the median time of a call by CUDA events, and the commit to
-record beside each result."""
+"""The bench package's timing and provenance (bench/timing.py, bench/environment.py) for the
+scripts in bench/gpu/, which run by path and so import this module as `timing`."""
 import os
-import statistics
-import subprocess
-
-import torch
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from bench import environment  # noqa: E402
+from bench import timing as _timing  # noqa: E402
+
+git_commit = environment.commit
 
 
 def median_ms(fn, runs, warmup=5):
-    """Median of `runs` timings of fn(), each between two CUDA events and synchronized (as
-    shared/anchors/measure_sdpa.py times SDPA), after `warmup` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def git_commit():
-    """The checkout's commit; TILEATTN_COMMIT where the copy has no .git (the GPU machine)."""
-    try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("TILEATTN_COMMIT", "unknown")
+    """Median CUDA-event milliseconds of fn() over `runs` calls, after `warmup` untimed ones."""
+    return _timing.median_ms(fn, "cuda", runs=runs, warmup=warmup)
