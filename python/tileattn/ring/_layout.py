@@ -85,8 +85,9 @@ class PackedRows:
         self._cu = {ALL: cu_seqlens,
                     FIRST: _prefix_sums(halves, device),
                     SECOND: _prefix_sums([n - h for n, h in zip(lengths, halves)], device)}
-        self._max = {ALL: max(lengths), FIRST: max(halves),
-                     SECOND: max(n - h for n, h in zip(lengths, halves))}
+        # The kernels take max_seqlen >= 1 even when every sequence (or half) is empty.
+        self._max = {ALL: max(1, *lengths), FIRST: max(1, *halves),
+                     SECOND: max(1, *(n - h for n, h in zip(lengths, halves)))}
         self.q_part = self.kv_part = ALL
 
     def select(self, q_part, kv_part):
