@@ -66,11 +66,23 @@ def _backward(ring, rows, dout, q, k, v, out, lse, causal, scale, softcap, deter
     return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
 
 
+def _working(tensors):
+    """The tensors each ring step computes on.  Every step's partial output and gradients are
+    summed over the W steps, so a partial rounded to 16 bits adds a rounding per step: with W = 3
+    the bf16 dV error already reaches FA's 2 x naive bound.  The CPU backend computes in float32
+    whatever its inputs (16-bit inputs are converted once per call), so there the steps take
+    float32 inputs and hand back unrounded partials at no extra cost.  The CUDA kernels write
+    gradients in the inputs' dtype only; a float32 gradient output for them is still to come."""
+    if tensors[0].device.type != "cpu":
+        return tensors
+    return tuple(t.float() for t in tensors)
+
+
 class RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, ring, rows, causal, scale, softcap, deterministic):
-        out, lse = _forward(ring, rows, q, k, v, causal, scale, softcap)
-        lse = rows.rows_to_lse(lse)
+        out, lse = _forward(ring, rows, *_working((q, k, v)), causal, scale, softcap)
+        out, lse = out.to(q.dtype), rows.rows_to_lse(lse)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = (ring, rows, causal, scale, softcap, deterministic)
         ctx.mark_non_differentiable(lse)
@@ -80,6 +92,7 @@ class RingAttention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
         ring, rows, causal, scale, softcap, deterministic = ctx.options
-        dq, dk, dv = _backward(ring, rows, dout.contiguous(), q, k, v, out, lse, causal, scale,
-                               softcap, deterministic)
-        return dq, dk, dv, None, None, None, None, None, None
+        dout, wq, wk, wv, out = _working((dout.contiguous(), q, k, v, out))
+        dq, dk, dv = _backward(ring, rows, dout, wq, wk, wv, out, lse, causal, scale, softcap,
+                               deterministic)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
