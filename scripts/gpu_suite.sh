@@ -4,7 +4,7 @@
 # FA sweep (forward and backward, tileattn next to SDPA flash and cuDNN) with its plot.
 # Usage (repo root, on the GPU machine): bash scripts/gpu_suite.sh [libtileattn.so] [tests|bench|all]
 set -u -o pipefail
-LIB=$(realpath "${1:-build-final/src/libtileattn.so}")
+LIB=$(realpath "${1:-build-final2/src/libtileattn.so}")
 WHAT=${2:-all}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -18,11 +18,12 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
     python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward.log" 2>&1 || rc=1
     tail -2 "$OUT/check_forward.log"
   fi
-  # The Hopper forward family is opt-in (src/cuda/cuda_forward.cu): its forward tests again with it.
-  TILEATTN_FORWARD_FAMILY=sm90 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward_sm90.log" 2>&1 || rc=1
-  tail -2 "$OUT/check_forward_sm90.log"
-  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm90 python3 -m pytest -q -p no:cacheprovider \
-    tests/python -k "not grad and not backward" 2>&1 | tee "$OUT/pytest_cuda_sm90.log" | tail -2 || rc=1
+  # On sm90 the runs above use the Hopper forward family (src/cuda/cuda_forward.cu); the forward
+  # tests again with the sm80 family forced, which serves dropout, varlen and other GPUs.
+  TILEATTN_FORWARD_FAMILY=sm80 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward_sm80.log" 2>&1 || rc=1
+  tail -2 "$OUT/check_forward_sm80.log"
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm80 python3 -m pytest -q -p no:cacheprovider \
+    tests/python -k "not grad and not backward" 2>&1 | tee "$OUT/pytest_cuda_sm80.log" | tail -2 || rc=1
   python3 tests/cuda/check_backward.py > "$OUT/check_backward.log" 2>&1 || rc=1
   tail -1 "$OUT/check_backward.log"
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_backward.py \
@@ -37,7 +38,7 @@ if [[ $WHAT == all || $WHAT == bench ]]; then
   # come back from the device.
   # The backward is measured atomic and deterministic (tileattn-deterministic).
   python3 -m bench sweep --shapes fa --direction fwd bwd \
-    --backends tileattn tileattn-deterministic sdpa-flash sdpa-cudnn \
+    --backends tileattn tileattn@sm80 tileattn-deterministic sdpa-flash sdpa-cudnn \
     --plot fwd --out "$OUT/sweep.csv" 2>&1 | tee "$OUT/sweep.log" | tail -40
 fi
 exit $rc

@@ -2,11 +2,10 @@
 // alignment), resolves the per-call constants, and picks the kernel: the sm90 family (wgmma + TMA,
 // src/cuda/sm90) on a compute capability 9.0 GPU when it supports the call, else the sm80-family
 // tiled kernel for the head-dim bucket, else the fallback kernel.
-// TILEATTN_FORWARD_FAMILY=sm80|sm90|auto (default auto) picks the family: sm90 uses the sm90
-// kernels where they apply, and a call they do not support (dropout, varlen, unaligned or zero
-// strides, an unbuilt bucket) runs on the sm80 family.  auto is sm80 for now: the sm90 family's
-// final tile scheduler has not yet passed the GPU suite (docs/perf-log.md), so it stays opt-in
-// until it has; then auto becomes "sm90 where it applies".
+// TILEATTN_FORWARD_FAMILY=auto|sm90|sm80 (default auto) picks the family: auto and sm90 use the
+// sm90 kernels where they apply (a call they do not support -- dropout, varlen, unaligned or zero
+// strides, an unbuilt bucket -- runs on the sm80 family); sm80 forces the sm80 family, for
+// comparisons and as an escape hatch.  Any other value is an error naming the variable.
 #include <cuda_runtime.h>
 #include <cutlass/numeric_types.h>
 
@@ -69,9 +68,14 @@ const FwdInstance* find_sm90_instance(int head_dim, tileattn_dtype dtype) {
 }
 
 // Read on every call, so one process (a test, a benchmark) can switch families.
-bool sm90_family_requested() {
+bool sm90_family_allowed() {
   const char* family = std::getenv("TILEATTN_FORWARD_FAMILY");
-  return family != nullptr && std::strcmp(family, "sm90") == 0;
+  if (family == nullptr || family[0] == '\0' || std::strcmp(family, "auto") == 0 || std::strcmp(family, "sm90") == 0) {
+    return true;
+  }
+  if (std::strcmp(family, "sm80") == 0) return false;
+  throw Error(ErrorCode::kInvalidArgument, "TILEATTN_FORWARD_FAMILY",
+              std::string("TILEATTN_FORWARD_FAMILY must be auto, sm90 or sm80, got '") + family + "'");
 }
 
 // wgmma and TMA as compiled (sm_90a) run on compute capability 9.0 only.
@@ -151,8 +155,9 @@ void cuda_forward(const ForwardParams& p) {
                        vector_aligned(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, varlen) &&
                        vector_aligned(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, varlen) &&
                        vector_aligned(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, varlen);
+  const bool sm90_allowed = sm90_family_allowed();  // first, so a bad value always raises
   const FwdInstance* sm90_instance =
-      aligned && sm90_family_requested() && sm90_supports(p, dropout) ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
+      aligned && sm90_allowed && sm90_supports(p, dropout) ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
   const FwdInstance* instance = find_instance(p.head_dim, p.dtype);
   if (sm90_instance != nullptr && is_sm90_device() && sm90_instance->smem_bytes() <= device_smem_optin()) {
     sm90_instance->run(args, variant, stream);

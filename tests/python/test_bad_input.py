@@ -4,6 +4,7 @@ anything runs; the SDPA (B, H, S, D) layout mistake is called out where shapes r
 import pytest
 import torch
 
+import tileattn
 from tileattn import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                       flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                       flash_attn_varlen_qkvpacked_func)
@@ -139,3 +140,23 @@ def test_nothing_runs_on_bad_input():
         flash_attn_func(leaf, k, v, dropout_p=0.5, window_size=(-5, 0))
     assert torch.equal(state, torch.get_rng_state())
     assert leaf.grad is None
+
+
+def test_unknown_forward_family_is_an_error(monkeypatch):
+    """TILEATTN_FORWARD_FAMILY is read by the CUDA forward on every call; a typo must not silently
+    pick a kernel family."""
+    if not (torch.cuda.is_available() and tileattn.has_cuda()):
+        pytest.skip("the forward family is chosen by the CUDA backend")
+    monkeypatch.setenv("TILEATTN_FORWARD_FAMILY", "sm91")
+    x = torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError) as raised:
+        flash_attn_func(x, x, x)
+    assert raised.value.argument == "TILEATTN_FORWARD_FAMILY"
+    monkeypatch.setenv("TILEATTN_FORWARD_FAMILY", "sm80")
+    torch.testing.assert_close(flash_attn_func(x, x, x), tileattn_auto_family(x), rtol=0, atol=1e-2)
+
+
+def tileattn_auto_family(x):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILEATTN_FORWARD_FAMILY", "auto")
+        return flash_attn_func(x, x, x)

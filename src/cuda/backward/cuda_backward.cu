@@ -15,35 +15,11 @@
 #include "cuda/backward/bwd_launch.h"
 #include "cuda/check.h"
 #include "cuda/device_checks.h"
+#include "cuda/stream_workspace.h"
 
 namespace tileattn {
 namespace cuda {
 namespace {
-
-// Stream-ordered float32 buffers (cudaMallocAsync): no device sync, and capturable in a graph.
-class Workspace {
- public:
-  explicit Workspace(cudaStream_t stream) : stream_(stream) {}
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  ~Workspace() {
-    for (void* ptr : buffers_) cudaFreeAsync(ptr, stream_);
-  }
-  int* ints(int64_t count) { return reinterpret_cast<int*>(floats(count, true)); }  // zeroed
-  float* floats(int64_t count, bool zeroed) {
-    void* ptr = nullptr;
-    const size_t bytes = static_cast<size_t>(count > 0 ? count : 1) * sizeof(float);
-    check_cuda(cudaMallocAsync(&ptr, bytes, stream_), "cudaMallocAsync(backward workspace)");
-    buffers_[used_++] = ptr;
-    if (zeroed) check_cuda(cudaMemsetAsync(ptr, 0, bytes, stream_), "cudaMemsetAsync");
-    return static_cast<float*>(ptr);
-  }
-
- private:
-  cudaStream_t stream_;
-  void* buffers_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
-  int used_ = 0;
-};
 
 // The FA2 instance for a head-dim bucket; Element is the CuTe type (cutlass::half_t / bfloat16_t).
 template <typename Element>
@@ -123,7 +99,7 @@ void cuda_backward(const BackwardParams& p) {
                                   f.head_dim, varlen);
   const bool fa2 = args.vector_q && args.vector_k && args.vector_v && args.vector_dout &&
                    bwd::fa2_bwd_smem_bytes(bwd::head_dim_bucket(f.head_dim)) <= device_smem_optin();
-  Workspace workspace(stream);
+  StreamWorkspace workspace(stream);
   args.delta = workspace.floats(f.num_heads * args.q_rows, false);
   // dQ accumulates in float32 atomics, except on the fallback's deterministic path.
   if (fa2 || !args.deterministic) {

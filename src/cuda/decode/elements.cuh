@@ -84,4 +84,23 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint4& a, uint32_
   }
 }
 
+// The same product when only rows 0..7 of the tile are real (A's rows 8..15 are zero): rows
+// 8..15 of C start at 0 and their results go to scratch registers that die at once, so a caller
+// keeps 2 accumulator floats per tile instead of 4 (32 registers fewer for O at D = 128).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[2], const uint4& a, uint32_t b0, uint32_t b1) {
+  float unused2, unused3;
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%10,%10};\n"
+        : "+f"(c[0]), "+f"(c[1]), "=f"(unused2), "=f"(unused3)
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1), "f"(0.0f));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%10,%10};\n"
+        : "+f"(c[0]), "+f"(c[1]), "=f"(unused2), "=f"(unused3)
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1), "f"(0.0f));
+  }
+}
+
 }  // namespace tileattn::cuda::decode

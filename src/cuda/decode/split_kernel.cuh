@@ -9,8 +9,11 @@
 // rows.  Both permutation tricks below let K and V go from global memory straight into operand
 // registers in 16-byte vectors, with no shared-memory staging:
 //   - Q K^T sums over the head dim, so the dim order inside a k16 step is free: thread (g, t)
-//     loads dims [t D/4, (t+1) D/4) of key g, 4 vectors of 16 bytes at D = 128, and step c uses
-//     its elements 4c..4c+3.  Q's fragments (built once, in shared memory) follow the same order.
+//     loads the 16-byte vectors at dims 32v + 8t of key g (v < D/32, 4 vectors at D = 128), so
+//     for each v a quad reads 64 contiguous bytes, whole 32-byte sectors (a thread reading dims
+//     [t D/4, (t+1) D/4) touched each sector in two instructions: twice the L1 requests), and
+//     step c uses elements 4(c%2)..4(c%2)+3 of vector c/2.  Q's fragments (built once, in shared
+//     memory) follow the same order.
 //   - P V's n8 output tiles can take any 8 dims: tile 8h + e holds dims 64h + 8n + e, so thread
 //     (g, t) loads one 16-byte vector (dims 64h + 8g ..) of each of its keys 2t, 2t+1, 2t+8, 2t+9
 //     and pairs keys with a byte permute.
@@ -58,10 +61,15 @@ __device__ __forceinline__ RowKeys row_keys(const tileattn_fwd_params& f, const 
   return RowKeys{static_cast<int>(lo), static_cast<int>(hi), static_cast<int>(diagonal)};
 }
 
-template <typename T, int kD>
+// kHalves = 1 when a CTA has at most 8 query rows (GQA groups up to 8 with one new token: every
+// group of the issue's 32 / 8 heads): the m16 tiles' rows 8..15 are padding, and dropping their
+// accumulators (O, S, the row statistics) frees 36 registers a thread at D = 128.
+template <typename T, int kD, int kHalves>
 __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(const DecodeArgs args) {
   static_assert(kD % 64 == 0, "V vectors cover 64 dims per 8 lanes");
+  static_assert(kHalves == 1 || kHalves == 2, "rows g, or rows g and g + 8");
   constexpr bool kLateV = kD > 128;
+  constexpr int kC = 2 * kHalves;  // accumulator floats per m16n8 tile a thread keeps
   __shared__ SplitSmem<kD> sm;
   const tileattn_kvcache_params& p = args.p;
   const tileattn_fwd_params& f = p.fwd;
@@ -104,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
     __syncthreads();
   }
   for (int e = threadIdx.x; e < kD / 16 * 32; e += kThreads) {
-    const int c = e / 32, fl = e % 32, fg = fl / 4, d = fl % 4 * (kD / 4) + 4 * c;
+    const int c = e / 32, fl = e % 32, fg = fl / 4, d = 32 * (c / 2) + 8 * (fl % 4) + 4 * (c % 2);
     sm.q_frag[c][fl] = make_uint4(pack2<T>(sm.o[fg][d], sm.o[fg][d + 1]),
                                   pack2<T>(sm.o[fg + 8][d], sm.o[fg + 8][d + 1]),
                                   pack2<T>(sm.o[fg][d + 2], sm.o[fg][d + 3]),
@@ -145,8 +153,8 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
   const float score_scale = f.softcap > 0.0f ? f.softmax_scale / f.softcap : f.softmax_scale * kLog2e;
   const float softcap_log2 = f.softcap * kLog2e;
 
-  float o[kD / 8][4] = {};
-  float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};
+  float o[kD / 8][kC] = {};
+  float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};  // [1] unused when kHalves = 1
   __syncthreads();  // q_frag complete
 
   int chunk = chunk_begin + warp;
@@ -163,14 +171,14 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
     const T* v_chunk = v_head + (bad_page ? 0 : unit) * f.v_batch_stride + slot0 * f.v_row_stride;
     auto key_valid = [&](int key) { return pos0 + key >= vis_lo && pos0 + key <= vis_hi; };
 
-    // K: keys g and g + 8, dims [t D/4, (t+1) D/4).  V: keys 2t, 2t+1, 2t+8, 2t+9, dims 64h + 8g ..
+    // K: keys g and g + 8, dims 32v + 8t ...  V: keys 2t, 2t+1, 2t+8, 2t+9, dims 64h + 8g ..
     uint4 k_regs[2][kD / 32], v_regs[4][kD / 64];
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
       const int key = g + 8 * n;
 #pragma unroll
       for (int v = 0; v < kD / 32; ++v) {
-        k_regs[n][v] = load8(k_chunk + key * f.k_row_stride, t * (kD / 4) + 8 * v, D, args.vector_k,
+        k_regs[n][v] = load8(k_chunk + key * f.k_row_stride, 32 * v + 8 * t, D, args.vector_k,
                              key_valid(key) && !bad_page);
       }
     }
@@ -197,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
     }
 
     // S = Q K^T for keys pos0 + [0, 8) (tile 0) and pos0 + [8, 16) (tile 1).
-    float s[2][4] = {};
+    float s[2][kC] = {};
 #pragma unroll
     for (int c = 0; c < kD / 16; ++c) {
       const uint4 a = sm.q_frag[c][lane];
@@ -214,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < kC; ++e) {
         const int k = e / 2, key = pos0 + 8 * n + 2 * t + (e & 1);
         float x = s[n][e] * score_scale;
         if (f.softcap > 0.0f) x = softcap_log2 * tanhf(x);
@@ -226,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
     }
     float alpha[2], m_use[2];
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kHalves; ++k) {
       row_max[k] = fmaxf(row_max[k], __shfl_xor_sync(0xffffffffu, row_max[k], 1));
       row_max[k] = fmaxf(row_max[k], __shfl_xor_sync(0xffffffffu, row_max[k], 2));
       const float m_new = fmaxf(m[k], row_max[k]);
@@ -238,20 +246,22 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < kC; ++e) {
         s[n][e] = exp2f(s[n][e] - m_use[e / 2]);
         l[e / 2] += s[n][e];
       }
     }
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
-      o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+#pragma unroll
+      for (int e = 0; e < kC; ++e) o[j][e] *= alpha[e / 2];
     }
 
     if constexpr (kLateV) load_v();
     // O += P V: P's C fragments are the A fragment of the 16-key step as they stand.
-    const uint4 pa = make_uint4(pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]), pack2<T>(s[1][0], s[1][1]),
-                                pack2<T>(s[1][2], s[1][3]));
+    const uint4 pa = kHalves == 2 ? make_uint4(pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][kC - 2], s[0][kC - 1]),
+                                               pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][kC - 2], s[1][kC - 1]))
+                                  : make_uint4(pack2<T>(s[0][0], s[0][1]), 0u, pack2<T>(s[1][0], s[1][1]), 0u);
 #pragma unroll
     for (int h = 0; h < kD / 64; ++h) {
 #pragma unroll
@@ -295,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < kC; ++e) {
           const int r = g + 8 * (e / 2), d = 64 * (j / 8) + 8 * (2 * t + (e & 1)) + j % 8;
           const float x = o[j][e] * own_scale[e / 2];
           sm.o[r][d] = w == 0 ? x : sm.o[r][d] + x;
