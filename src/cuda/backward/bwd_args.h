@@ -10,7 +10,7 @@ namespace tileattn::cuda::bwd {
 struct BwdArgs {
   tileattn_bwd_params p;  // validated, softmax_scale resolved
   float* delta;           // (H, q_rows): D = rowsum(dO o O)
-  float* dq_accum;        // (H, q_rows, dq_pitch), zeroed; null on the fallback's deterministic path
+  float* dq_accum;        // (H, q_rows, dq_pitch), zeroed by bwd_delta; null on the fallback's deterministic path
   int dq_pitch;           // floats per dq_accum row: the head-dim bucket (FA2 path), else head_dim
   int* dq_turns;          // (B, H, dq_turn_blocks), zeroed: deterministic dQ order (FA2 path only)
   int dq_turn_blocks;     // query blocks per (sequence, head) in dq_turns
@@ -19,6 +19,7 @@ struct BwdArgs {
   int64_t q_rows, k_rows;  // rows of every sequence, packed (see packed_q_row)
   bool deterministic;
   bool vector_q, vector_k, vector_v, vector_dout;  // 16-byte loads are safe for that input
+  bool vector_out, vector_dq;                       // 16-byte accesses are safe for out, dq
 };
 
 }  // namespace tileattn::cuda::bwd

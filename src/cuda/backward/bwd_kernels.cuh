@@ -1,6 +1,6 @@
 // The kernels around the FA2 main kernel (bwd_fa2_kernel.cuh), and the WMMA fallback used when an
 // input's rows are not 16-byte aligned (head_dim % 8 != 0 or odd strides):
-//   bwd_delta      D_i = rowsum(dO_i o O_i)
+//   bwd_delta      D_i = rowsum(dO_i o O_i)  (bwd_row_kernels.cuh, with bwd_finish_dq)
 //   bwd_main       (fallback) one CTA per (key block, sequence, query head): loops over the query
 //                  blocks that see its keys, recomputing P from Q, K and the saved LSE;
 //                    S = Q K^T,  dP = dO V^T,  P = exp(S' - LSE),  dS = P o (dP - D)
@@ -13,29 +13,13 @@
 
 #include "cuda/backward/bwd_args.h"
 #include "cuda/backward/bwd_config.h"
+#include "cuda/backward/bwd_row_kernels.cuh"
 #include "cuda/backward/bwd_tiles.cuh"
 #include "cuda/backward/warp_gemm.cuh"
 
 namespace tileattn::cuda::bwd {
 
-constexpr int kRowsPerWarpKernel = 8;  // bwd_delta / bwd_finish: one warp per row, 8 per CTA
-
-template <typename Element>
-__global__ void bwd_delta_kernel(BwdArgs a) {
-  const tileattn_fwd_params& f = a.p.fwd;
-  const int b = blockIdx.y, h = blockIdx.z, lane = threadIdx.x % 32;
-  const SequenceView s = sequence_view(f, b);
-  const int row = blockIdx.x * kRowsPerWarpKernel + threadIdx.x / 32;
-  if (row >= s.seqlen_q) return;
-  const Element* out = static_cast<const Element*>(f.out) +
-                       q_offset(s, f.out_batch_stride, f.out_row_stride, f.out_head_stride, row, h);
-  const Element* dout = static_cast<const Element*>(a.p.dout) +
-                        q_offset(s, a.p.dout_batch_stride, a.p.dout_row_stride, a.p.dout_head_stride, row, h);
-  float sum = 0.0f;
-  for (int d = lane; d < f.head_dim; d += 32) sum += to_float(out[d]) * to_float(dout[d]);
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) a.delta[h * a.q_rows + packed_q_row(f, s, row)] = sum;
-}
+constexpr int kRowsPerWarpKernel = 8;  // bwd_finish_dkdv: one warp per row, 8 per CTA
 
 template <int kHeadDim, typename Element>
 struct BwdTiles {
@@ -224,19 +208,6 @@ __global__ void __launch_bounds__(BwdConfig<kHeadDim>::kThreads) bwd_dq_kernel(B
 }
 
 // dQ from the atomic workspace: scale and convert, one warp per row.
-template <typename Element>
-__global__ void bwd_finish_dq_kernel(BwdArgs a) {
-  const tileattn_fwd_params& f = a.p.fwd;
-  const int b = blockIdx.y, h = blockIdx.z, lane = threadIdx.x % 32;
-  const SequenceView s = sequence_view(f, b);
-  const int row = blockIdx.x * kRowsPerWarpKernel + threadIdx.x / 32;
-  if (row >= s.seqlen_q) return;
-  const float* src = a.dq_accum + (h * a.q_rows + packed_q_row(f, s, row)) * a.dq_pitch;
-  Element* dst = static_cast<Element*>(a.p.dq) +
-                 q_offset(s, a.p.dq_batch_stride, a.p.dq_row_stride, a.p.dq_head_stride, row, h);
-  for (int d = lane; d < f.head_dim; d += 32) dst[d] = from_float<Element>(src[d] * f.softmax_scale);
-}
-
 // GQA: dK and dV of a KV head are the sums over its group of query heads, in head order.
 template <typename Element>
 __global__ void bwd_finish_dkdv_kernel(BwdArgs a) {

@@ -39,8 +39,8 @@ template <typename Element>
 void run_bwd_delta(const BwdArgs& args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
   if (f.seqlen_q == 0) return;
-  const dim3 grid(ceil_div(f.seqlen_q, kRowsPerWarpKernel), f.batch, f.num_heads);
-  bwd_delta_kernel<Element><<<grid, kRowsPerWarpKernel * 32, 0, stream>>>(args);
+  const dim3 grid(ceil_div(f.seqlen_q, rows_per_row_block(f.head_dim)), f.batch, f.num_heads);
+  bwd_delta_kernel<Element><<<grid, kRowKernelThreads, 0, stream>>>(args);
   check_cuda(cudaGetLastError(), "bwd_delta_kernel");
 }
 
@@ -48,8 +48,8 @@ template <typename Element>
 void run_bwd_finish(const BwdArgs& args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
   if (args.dq_accum != nullptr && f.seqlen_q > 0) {
-    const dim3 grid(ceil_div(f.seqlen_q, kRowsPerWarpKernel), f.batch, f.num_heads);
-    bwd_finish_dq_kernel<Element><<<grid, kRowsPerWarpKernel * 32, 0, stream>>>(args);
+    const dim3 grid(ceil_div(f.seqlen_q, rows_per_row_block(f.head_dim)), f.batch, f.num_heads);
+    bwd_finish_dq_kernel<Element><<<grid, kRowKernelThreads, 0, stream>>>(args);
     check_cuda(cudaGetLastError(), "bwd_finish_dq_kernel");
   }
   if (args.dk_expanded != nullptr && f.seqlen_k > 0) {

@@ -97,6 +97,8 @@ void cuda_backward(const BackwardParams& p) {
   args.vector_v = vectorizable(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, f.head_dim, varlen);
   args.vector_dout = vectorizable(p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride,
                                   f.head_dim, varlen);
+  args.vector_out = vectorizable(f.out, f.out_batch_stride, f.out_row_stride, f.out_head_stride, f.head_dim, varlen);
+  args.vector_dq = vectorizable(p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, f.head_dim, varlen);
   const bool fa2 = args.vector_q && args.vector_k && args.vector_v && args.vector_dout &&
                    bwd::fa2_bwd_smem_bytes(bwd::head_dim_bucket(f.head_dim)) <= device_smem_optin();
   StreamWorkspace workspace(stream);
@@ -106,7 +108,7 @@ void cuda_backward(const BackwardParams& p) {
     // The FA2 kernel's rows are padded to the bucket: a compile-time pitch makes every atomic's
     // address an immediate offset from one per-thread pointer (no address registers to spill).
     args.dq_pitch = fa2 ? bwd::head_dim_bucket(f.head_dim) : f.head_dim;
-    args.dq_accum = workspace.floats(f.num_heads * args.q_rows * args.dq_pitch, true);
+    args.dq_accum = workspace.floats(f.num_heads * args.q_rows * args.dq_pitch, false);  // bwd_delta zeroes it
   }
   if (fa2 && args.deterministic) {
     const int block_m = bwd::fa2_bwd_tile_config(bwd::head_dim_bucket(f.head_dim)).block_m;
