@@ -27,8 +27,20 @@ TENSOR_OPS = {"bf16": ("sm__ops_path_tensor_src_bf16_dst_fp32.sum",),
 ALWAYS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "gpu__time_duration.sum",
           "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
           "launch__registers_per_thread", "launch__grid_size")
-# mma.sync m16n8k16: 16 x 8 x 16 multiply-adds per warp instruction, 2 FLOPs each.
+# FLOPs per warp-level tensor instruction, to name the instruction the counts imply: an sm80-family
+# mma.sync m16n8k16 is 16 x 8 x 16 multiply-adds; an sm90-family wgmma 64 x N x 16 is issued by a
+# warpgroup's 4 warps, each counted once, so a warp's share is 16 x N x 16 (65536 FLOPs at N = 128).
 FLOPS_PER_HMMA_16816 = 2 * 16 * 8 * 16
+
+
+def tensor_instruction_name(flops_per_instruction):
+    # Counts are printed to 6 digits: match within 0.1%.
+    if abs(flops_per_instruction / FLOPS_PER_HMMA_16816 - 1) < 1e-3:
+        return "mma.sync m16n8k16"
+    n = round(flops_per_instruction / (2 * 16 * 16))
+    if n >= 8 and abs(flops_per_instruction / (2 * 16 * 16 * n) - 1) < 1e-3:
+        return f"a warp's quarter of a wgmma 64x{n}x16"
+    return "mixed instruction shapes"
 
 
 def add_parser(subparsers):
@@ -114,19 +126,21 @@ def summarize(values, case, dtype):
     lines = [f"| kernel time | {seconds * 1e3:.3f} ms |",
              f"| FLOPs (4 B H S^2 d{', halved: causal' if case.causal else ''}) | {flops:.4g} |",
              f"| achieved | {tflops:.1f} TFLOP/s ({tflops / peak:.1%} of the {peak:g} GEMM peak) |"]
+    ops = next((values[m] for m in TENSOR_OPS[dtype] if m in values), nan)
     for metric in TENSOR_INSTRUCTIONS:
         if metric in values:
             count = values[metric]
-            implied = count * FLOPS_PER_HMMA_16816
-            lines.append(f"| tensor-core instructions ({metric}) | {count:.4g} warp-level HMMA; x "
-                         f"{FLOPS_PER_HMMA_16816} FLOPs (m16n8k16) = {implied:.4g}, {implied / flops:.2f}x the formula |")
+            per = ops / count if count else nan
+            named = tensor_instruction_name(per) if per == per else "no tensor-path count to name it"
+            lines.append(f"| tensor-core instructions ({metric}) | {count:.4g} warp-level, {per:.6g} FLOPs each "
+                         f"(tensor-path ops / instructions): {named} |")
             pairs.append(("tensor_instructions", count))
             break
     for metric in TENSOR_OPS[dtype]:
         if metric in values:
-            ops = values[metric]
-            lines.append(f"| tensor-path operations ({metric}) | {ops:.4g}, {ops / flops:.2f}x the formula |")
-            pairs.append(("tensor_ops", ops))
+            lines.append(f"| tensor-path operations ({metric}) | {values[metric]:.4g}, "
+                         f"{values[metric] / flops:.2f}x the formula |")
+            pairs.append(("tensor_ops", values[metric]))
     shape = f"{case.batch}x{case.seqlen}x{case.heads}x{case.headdim}"
     lines += [f"| DRAM read | {read / 1e6:.1f} MB |",
               f"| DRAM written | {written / 1e6:.1f} MB |",

@@ -1,6 +1,6 @@
-"""`python3 -m bench readme --csv SWEEP.csv`: rewrite the block between <!-- bench:begin --> and
-<!-- bench:end --> in README.md with a TFLOP/s table (one per direction in the CSV) and the sweep's
-plot.  Nothing outside the markers changes."""
+"""`python3 -m bench readme --csv SWEEP.csv [MORE.csv ...]`: rewrite the block between
+<!-- bench:begin --> and <!-- bench:end --> in README.md with a TFLOP/s table per direction (fwd, bwd,
+fwdbwd, from whichever CSV holds it) and the sweep's plot.  Nothing outside the markers changes."""
 import os
 import re
 
@@ -13,7 +13,7 @@ SHAPE_NOTES = {"fa": "the FA papers' shapes: 16k tokens, hidden 2048", "lecture"
 def add_parser(subparsers):
     p = subparsers.add_parser("readme", help="rewrite README.md's results block from a sweep CSV",
                               description=__doc__)
-    p.add_argument("--csv", required=True)
+    p.add_argument("--csv", required=True, nargs="+", help="sweep CSVs; a direction comes from the first that has it")
     p.add_argument("--readme", default=os.path.join(environment.ROOT, "README.md"))
     p.add_argument("--shape", default=None, help="shape set to show (default: fa if present)")
     p.add_argument("--backends", nargs="+", default=["tileattn", "sdpa-flash", "sdpa-cudnn"])
@@ -39,25 +39,40 @@ def table(rows, direction, backends):
     return lines
 
 
-def block(csv_path, readme_path, shape, backends):
+def block(csv_paths, readme_path, shape, backends):
+    if isinstance(csv_paths, str):
+        csv_paths = [csv_paths]
+    readme_dir = os.path.dirname(os.path.abspath(readme_path))
+    command = "python3 -m bench readme --csv " + " ".join(os.path.relpath(p, readme_dir) for p in csv_paths)
+    lines = [BEGIN]
+    done = set()
+    for csv_path in csv_paths:
+        lines += csv_tables(csv_path, readme_dir, shape, backends, done, command)
+    return "\n".join(lines[:-1] + [END])
+
+
+def csv_tables(csv_path, readme_dir, shape, backends, done, command):
+    """The tables (and plots) of the directions in one CSV that no earlier CSV gave."""
     rows = results.read(csv_path)
     shape = shape or ("fa" if any(r["shape"] == "fa" for r in rows) else rows[0]["shape"])
     rows = [r for r in rows if r["shape"] == shape]
     present = [b for b in backends if any(r["backend"] == b for r in rows)]
     first = rows[0]
-    readme_dir = os.path.dirname(os.path.abspath(readme_path))
-    lines = [BEGIN]
+    lines = []
     for direction in [d for d in ("fwd", "bwd", "fwdbwd") if any(r["direction"] == d for r in rows)]:
+        if direction in done:
+            continue
+        done.add(direction)
         lines += [f"{first['gpu']} {direction}, TFLOP/s, {' / '.join(present)} ({SHAPE_NOTES.get(shape, shape)}; "
                   f"median of >= 20 calls through the Python API; {first['date']}, commit {first['commit']}; "
-                  f"`python3 -m bench readme --csv {os.path.relpath(csv_path, readme_dir)}`):", ""]
+                  f"`{command}`):", ""]
         lines += table(rows, direction, present) + [""]
         png = f"{os.path.splitext(csv_path)[0]}-{shape}-{direction}.png"
         if not os.path.exists(png) and plots.available():
             plots.sweep_pngs(csv_path)
         if os.path.exists(png):
             lines += [f"![{direction} sweep]({os.path.relpath(png, readme_dir)})", ""]
-    return "\n".join(lines[:-1] + [END])
+    return lines
 
 
 def rewrite(text, new_block):

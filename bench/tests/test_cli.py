@@ -83,6 +83,33 @@ def test_readme_rewrites_only_the_marked_block(tmp_path):
         readme.rewrite("no markers", "x")
 
 
+def test_readme_takes_directions_from_several_csvs(tmp_path):
+    header = ["seqlen", "headdim", "causal", "shape", "direction", "backend", "ms", "tflops", "gbps", "frac_peak",
+              "batch", "heads", "gpu", "date", "commit"]
+    paths = []
+    for name, rows in (("fwd.csv", [("fwd", 600.0)]), ("bwd.csv", [("fwd", 1.0), ("bwd", 250.0)])):
+        paths.append(tmp_path / name)
+        with open(paths[-1], "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            for direction, tflops in rows:
+                writer.writerow([8192, 128, 0, "fa", direction, "tileattn", 1.0, tflops, 1, 0.4, 2, 16, "GPU",
+                                 "2026-01-01", "c"])
+    doc = tmp_path / "README.md"
+    doc.write_text("<!-- bench:begin -->\n<!-- bench:end -->\n")
+    cli.main(["readme", "--csv", *map(str, paths), "--readme", str(doc)])
+    text = doc.read_text()
+    # fwd comes from the first CSV that has it; bwd from the second.
+    assert "| no | 128 | 600 |" in text and "| no | 128 | 1 |" not in text and "| no | 128 | 250 |" in text
+    assert "GPU fwd" in text and "GPU bwd" in text
+
+
+def test_ncu_tensor_instruction_names():
+    assert ncu_profile.tensor_instruction_name(4096.0) == "mma.sync m16n8k16"
+    assert ncu_profile.tensor_instruction_name(65536.1) == "a warp's quarter of a wgmma 64x128x16"
+    assert ncu_profile.tensor_instruction_name(5000.0) == "mixed instruction shapes"
+
+
 def test_ncu_raw_csv_is_parsed_with_units_row_and_separators():
     text = ('==PROF== Connected\nlog line\n"ID","Kernel Name","dram__bytes_read.sum"\n'
             '"","","byte"\n"0","fwd_kernel","1,048,576"\n')
