@@ -40,8 +40,6 @@ def table(rows, direction, backends):
 
 
 def block(csv_paths, readme_path, shape, backends):
-    if isinstance(csv_paths, str):
-        csv_paths = [csv_paths]
     readme_dir = os.path.dirname(os.path.abspath(readme_path))
     command = "python3 -m bench readme --csv " + " ".join(os.path.relpath(p, readme_dir) for p in csv_paths)
     lines = [BEGIN]

@@ -3,6 +3,8 @@
 # CUDA tensors, the standalone forward and backward checks, compute-sanitizer memcheck, then the
 # FA sweep (forward and backward, tileattn next to SDPA flash and cuDNN) with its plot.
 # Usage (repo root, on the GPU machine): bash scripts/gpu_suite.sh [libtileattn.so] [tests|bench|all]
+# Every step has a time limit, so a kernel that hangs (a pipeline deadlock) fails its step and the
+# rest still runs; a step's log ends where it hung.
 set -u -o pipefail
 LIB=$(realpath "${1:-build-final2/src/libtileattn.so}")
 WHAT=${2:-all}
@@ -12,19 +14,19 @@ export TILEATTN_LIBRARY=$LIB PYTHONPATH=$PWD/python:$PWD/tests/python PYTHONUNBU
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.log"
 if [[ $WHAT == all || $WHAT == tests ]]; then
-  TILEATTN_TEST_DEVICES=cuda python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 \
+  TILEATTN_TEST_DEVICES=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 \
     | tee "$OUT/pytest_cuda.log" | tail -4 || rc=1
   if [[ ${SKIP_CHECK_FORWARD:-0} != 1 ]]; then
-    python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward.log" 2>&1 || rc=1
+    timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward.log" 2>&1 || rc=1
     tail -2 "$OUT/check_forward.log"
   fi
   # On sm90 the runs above use the Hopper forward family (src/cuda/cuda_forward.cu); the forward
   # tests again with the sm80 family forced, which serves dropout, varlen and other GPUs.
-  TILEATTN_FORWARD_FAMILY=sm80 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward_sm80.log" 2>&1 || rc=1
+  TILEATTN_FORWARD_FAMILY=sm80 timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward_sm80.log" 2>&1 || rc=1
   tail -2 "$OUT/check_forward_sm80.log"
-  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm80 python3 -m pytest -q -p no:cacheprovider \
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm80 timeout 300 python3 -m pytest -q -p no:cacheprovider \
     tests/python -k "not grad and not backward" 2>&1 | tee "$OUT/pytest_cuda_sm80.log" | tail -2 || rc=1
-  python3 tests/cuda/check_backward.py > "$OUT/check_backward.log" 2>&1 || rc=1
+  timeout 300 python3 tests/cuda/check_backward.py > "$OUT/check_backward.log" 2>&1 || rc=1
   tail -1 "$OUT/check_backward.log"
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_backward.py \
     > "$OUT/sanitize_backward.log" 2>&1 || rc=1

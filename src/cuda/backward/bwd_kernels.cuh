@@ -207,7 +207,6 @@ __global__ void __launch_bounds__(BwdConfig<kHeadDim>::kThreads) bwd_dq_kernel(B
   });
 }
 
-// dQ from the atomic workspace: scale and convert, one warp per row.
 // GQA: dK and dV of a KV head are the sums over its group of query heads, in head order.
 template <typename Element>
 __global__ void bwd_finish_dkdv_kernel(BwdArgs a) {
