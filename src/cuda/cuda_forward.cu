@@ -89,9 +89,12 @@ bool is_sm90_device() {
 
 // What the sm90 kernel covers: fixed-length batches (TMA boxes address rows per (batch, head)),
 // no dropout, positive strides (TMA descriptors), at least one key row (a TMA dimension of 0 is
-// invalid).  Alignment is checked with the sm80 family's 16-byte rule, which TMA also needs.
+// invalid), and no seqused_k: TMA loads a key block's rows up to the tensor's end, so rows past
+// seqused_k reach shared memory, and a NaN there times the 0 probability of its masked column
+// would still reach O through the PV product (the sm80 family zero-fills them on load).
+// Alignment is checked with the sm80 family's 16-byte rule, which TMA also needs.
 bool sm90_supports(const ForwardParams& p, bool dropout) {
-  if (dropout || p.cu_seqlens_q != nullptr || p.seqlen_k <= 0) return false;
+  if (dropout || p.cu_seqlens_q != nullptr || p.seqused_k != nullptr || p.seqlen_k <= 0) return false;
   const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
                              p.k_batch_stride, p.k_row_stride, p.k_head_stride,
                              p.v_batch_stride, p.v_row_stride, p.v_head_stride,

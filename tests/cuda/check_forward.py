@@ -202,6 +202,13 @@ def check_case(name, *, B=2, Sq=17, Sk=17, H=4, Hk=None, D=64, dtype=torch.bfloa
     used_k = None
     if seqused is not None:
         used_k = torch.tensor(seqused, device=DEV, dtype=torch.int32)
+        # Keys past seqused_k are never read: NaN there must not reach the output.
+        start = 0
+        for b, used in enumerate(seqused):
+            rows = slice(start + used, start + lens_k[b]) if varlen is not None else (b, slice(used, None))
+            k[rows] = float("nan")
+            v[rows] = float("nan")
+            start += lens_k[b] if varlen is not None else 0
     prob_t = None
     if probs:
         prob_t = torch.full((B, H, max_q, max_k), float("nan"), device=DEV, dtype=torch.float32)
