@@ -9,8 +9,6 @@
 //     wait PV; release V(j + 1); O *= correction; P = P'
 //   O += P V(first); release V(first)
 //   O /= rowsum; store O and the LSE
-// With a separate O buffer (Traits::kSeparateO) the consumer releases Q (q_empty) as soon as its
-// last S = Q K^T has landed, so the producer's next Q load overlaps this tile's tail.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -96,16 +94,6 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     softmax.init(prm.args.scale_log2);
     clear(acc_o);
 
-    // Q is released once per tile that loaded it: after the last QK^T (here), or in the epilogue
-    // when O is staged over Q.  A tile with no visible key loads no Q and, with a separate O
-    // buffer, releases nothing: if it did, a consumer could complete two q_empty phases before
-    // the producer waits on the first, and the producer, which tracks only parity, would then wait
-    // forever (it did: bottom-right causal with Sq > Sk hung the GPU test).
-    auto release_q_after_last_qk = [&](int n) __attribute__((always_inline)) {
-      if constexpr (Traits::kSeparateO) {
-        if (n == range.n_block_min) EmptyBarrier::arrive(&ss.q_empty);
-      }
-    };
     if (range.n_block_max > range.n_block_min) {
       FullBarrier::wait(&ss.q_full, q_full_parity);
       q_full_parity ^= 1u;
@@ -126,7 +114,6 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       warpgroup_fence_operand(acc_s);
       EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
       k_stage.advance();
-      release_q_after_last_qk(n);
       scores_of_block(n);
       softmax.score_step(scores, correction);  // O is still zero: no rescale
       Tensor rP = convert_fragment<Element>(acc_s);
@@ -143,7 +130,6 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         warpgroup_fence_operand(acc_s);
         EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
         k_stage.advance();
-        release_q_after_last_qk(n);
         scores_of_block(n);
         const bool rescale = softmax.score_step(scores, correction);
         warpgroup_wait<0>();
@@ -166,10 +152,6 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     softmax.finalize(acc_o_rows, lse);
     float* lse_rows = p.softmax_lse + lse_offset(p, seq, row0, tc.head);
     store_tile_output<Traits>(prm, ss, consumer, tid, tc, lse_rows, seq.seqlen_q - row0, acc_o, lse);
-  }
-  // The last TMA store must have read its staging buffer before the CTA's shared memory goes away.
-  if constexpr (Traits::kSeparateO) {
-    if (tid == 0) tma_store_wait<0>();
   }
 }
 

@@ -1,12 +1,9 @@
 // The epilogue of one consumer warpgroup: O (normalized) converted to the input type, written by
-// stmatrix into this consumer's staging half (its own buffer, or its half of the Q buffer, whose
-// rows are dead once its last QK^T has completed), then stored by one TMA bulk copy, which clips
-// rows past seqlen_q and columns past head_dim.  The LSE goes straight from registers to global
-// memory.
-// With its own buffer, the previous tile's store must have finished reading it before stmatrix
-// overwrites it (the wait is here, a tile later, so the store overlaps the next tile's mainloop);
-// the consumer released Q when its last QK^T landed.  Over Q, the consumer's arrival on q_empty
-// (after the TMA store has read smem) lets the producer load the next tile's Q.
+// stmatrix into this consumer's half of the Q buffer (its Q rows are dead: its last QK^T has
+// completed), then stored by one TMA bulk copy, which clips rows past seqlen_q and columns past
+// head_dim.  The LSE goes straight from registers to global memory.
+// The consumer's arrival on q_empty (after the TMA store has finished reading smem) lets the
+// producer load the next tile's Q over it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -42,11 +39,8 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
     }
   }
 
-  Tensor sO = make_tensor(make_smem_ptr(Traits::o_staging(ss, consumer)), typename Traits::SmemLayoutQHalf{});
-  if constexpr (Traits::kSeparateO) {
-    if (tid == 0) tma_store_wait<0>();
-    named_barrier_sync(kEpilogueBarrierBase + consumer, 128);
-  }
+  Tensor sO = make_tensor(make_smem_ptr(ss.q.data() + consumer * Traits::kQHalfElems),
+                          typename Traits::SmemLayoutQHalf{});
   Tensor rO = convert_fragment<Element>(acc_o);
   auto smem_tiled_copy = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
   auto smem_thr_copy = smem_tiled_copy.get_thread_slice(tid);
@@ -62,9 +56,9 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
     Tensor tOsO = get<1>(parts);  // (TMA)
     copy(prm.tma_o, tOsO, tOgO(_, 2 * tc.m_block + consumer));
     tma_store_arrive();
-    if constexpr (!Traits::kSeparateO) tma_store_wait<0>();  // smem read by the TMA engine: Q may be refilled
+    tma_store_wait<0>();  // smem read by the TMA engine: the buffer may be refilled
   }
-  if constexpr (!Traits::kSeparateO) EmptyBarrier::arrive(&ss.q_empty);
+  EmptyBarrier::arrive(&ss.q_empty);
 }
 
 }  // namespace tileattn::cuda::sm90

@@ -73,12 +73,8 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     };
 
     if (has_keys) load_k(range.n_block_max - 1);
-    // With a separate O buffer only tiles that load Q take part in the q_empty handshake (see
-    // consumer.h); with O staged over Q every tile does, since every tile stores O there.
-    if (has_keys || !Traits::kSeparateO) {
-      EmptyBarrier::wait(&ss.q_empty, q_empty_parity);
-      q_empty_parity ^= 1u;
-    }
+    EmptyBarrier::wait(&ss.q_empty, q_empty_parity);
+    q_empty_parity ^= 1u;
     if (has_keys) {
       // One 64-row box per consumer; rows past seqlen_q come in as zeros.  A half that lies wholly
       // past seqlen_q is not loaded: its consumer computes rows that are never stored.
