@@ -10,6 +10,7 @@
 #include <cutlass/numeric_types.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -87,20 +88,23 @@ bool is_sm90_device() {
   return major == 9 && minor == 0;
 }
 
-// What the sm90 kernel covers: fixed-length batches (TMA boxes address rows per (batch, head)),
-// no dropout, positive strides (TMA descriptors), at least one key row (a TMA dimension of 0 is
-// invalid), and no seqused_k: TMA loads a key block's rows up to the tensor's end, so rows past
-// seqused_k reach shared memory, and a NaN there times the 0 probability of its masked column
-// would still reach O through the PV product (the sm80 family zero-fills them on load).
+// What the sm90 kernel covers: no dropout, positive strides (TMA descriptors; varlen's batch
+// strides are unused), at least one key row (a TMA dimension of 0 is invalid) and, in varlen form,
+// packed row counts that fit the descriptors' int32 dimensions.  Varlen and seqused_k run the
+// kernel built for sequence bounds inside the tensors (src/cuda/sm90/sequence_bounds_sm90.h).
 // Alignment is checked with the sm80 family's 16-byte rule, which TMA also needs.
 bool sm90_supports(const ForwardParams& p, bool dropout) {
-  if (dropout || p.cu_seqlens_q != nullptr || p.seqused_k != nullptr || p.seqlen_k <= 0) return false;
-  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
-                             p.k_batch_stride, p.k_row_stride, p.k_head_stride,
-                             p.v_batch_stride, p.v_row_stride, p.v_head_stride,
-                             p.out_batch_stride, p.out_row_stride, p.out_head_stride};
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  if (dropout || p.seqlen_k <= 0) return false;
+  if (varlen && (p.total_q <= 0 || p.total_k <= 0 || p.total_q > INT32_MAX || p.total_k > INT32_MAX)) return false;
+  const int64_t batch_strides[] = {p.q_batch_stride, p.k_batch_stride, p.v_batch_stride, p.out_batch_stride};
+  const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,
+                             p.v_row_stride, p.v_head_stride, p.out_row_stride, p.out_head_stride};
   for (int64_t stride : strides) {
     if (stride <= 0) return false;
+  }
+  for (int64_t stride : batch_strides) {
+    if (!varlen && stride <= 0) return false;
   }
   return true;
 }

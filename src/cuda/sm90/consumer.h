@@ -9,6 +9,8 @@
 //     wait PV; release V(j + 1); O *= correction; P = P'
 //   O += P V(first); release V(first)
 //   O /= rowsum; store O and the LSE
+// With a separate O buffer (Traits::kSeparateO) the consumer releases Q (q_empty) as soon as its
+// last S = Q K^T has landed, so the producer's next Q load overlaps this tile's tail.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -19,6 +21,7 @@
 #include "cuda/sm90/epilogue_sm90.h"
 #include "cuda/sm90/kernel_params_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
+#include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/softmax_sm90.h"
 #include "cuda/sm90/wgmma_gemm.h"
 
@@ -59,6 +62,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
                           typename Traits::SmemLayoutQHalf{});
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKV{});
   Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutVt{});
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutKV{});  // (keys, D, stage)
   Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, 1, D / 16) smem descriptors
   Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, 1, D / 16, stages)
   Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, 1, kBlockN / 16, stages)
@@ -84,6 +88,9 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     const TileCoords tc = prm.scheduler.coords(tile);
     const SequenceView seq = sequence_view(p, tc.batch);
     const int m0 = tc.m_block * kBlockM;
+    if constexpr (Traits::kSeqBounds) {
+      if (m0 >= seq.seqlen_q) continue;  // past this sequence's end: the producer skips it too
+    }
     const int row0 = m0 + consumer * kRowsPerConsumer;  // this consumer's first query row
     const KeyBlockRange range = key_block_range(m0, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
                                                 p.window_left, p.window_right);
@@ -94,16 +101,43 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     softmax.init(prm.args.scale_log2);
     clear(acc_o);
 
-    if (range.n_block_max > range.n_block_min) {
-      FullBarrier::wait(&ss.q_full, q_full_parity);
-      q_full_parity ^= 1u;
-
+    // Every tile waits for its q_full phase (no bytes when it has no visible key; producer.h) and
+    // releases Q once: after its last QK^T when O has its own buffer, else in the epilogue, after
+    // O staged over Q has been stored.  (Without the wait on key-less tiles, a consumer could
+    // complete two q_empty phases before the producer waits on the first: that hung the GPU test
+    // on bottom-right causal with Sq > Sk.)
+    FullBarrier::wait(&ss.q_full, q_full_parity);
+    q_full_parity ^= 1u;
+    auto release_q_after_last_qk = [&](int n) __attribute__((always_inline)) {
+      if constexpr (Traits::kSeparateO) {
+        if (n == range.n_block_min) EmptyBarrier::arrive(&ss.q_empty);
+      }
+    };
+    if (range.n_block_max <= range.n_block_min) {
+      if constexpr (Traits::kSeparateO) EmptyBarrier::arrive(&ss.q_empty);
+    } else {
       // S = Q K(n)^T with the score transform and, on the blocks at the edges, the mask.
       auto scores_of_block = [&](int n) __attribute__((always_inline)) {
         score_policy.apply(scores, coords, row0, n * kBlockN);
         if (range.needs_mask(n, kBlockN)) mask.apply(scores, coords, row0, n * kBlockN);
       };
       float correction[kRowsPerThread];
+      // V rows past the sequence's keys (only the top key block has any) are zeroed before their
+      // PV product (sequence_bounds_sm90.h).  Both consumers do it, each before its own product:
+      // the other one writes the same zeros, so neither needs to wait for the other.
+      auto zero_v_past_keys = [&](int n) __attribute__((always_inline)) {
+        if constexpr (Traits::kSeqBounds) {
+          const int valid = seq.seqlen_k - n * kBlockN;
+          if (valid < kBlockN) {
+            FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
+            for (int i = tid; i < (kBlockN - valid) * Traits::kHeadDim; i += 128) {
+              sV(valid + i / Traits::kHeadDim, i % Traits::kHeadDim, v_stage.index) = Element(0.f);
+            }
+            cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> visible to wgmma
+            named_barrier_sync(kEpilogueBarrierBase + consumer, 128);
+          }
+        }
+      };
 
       int n = range.n_block_max - 1;
       FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
@@ -114,12 +148,14 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       warpgroup_fence_operand(acc_s);
       EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
       k_stage.advance();
+      release_q_after_last_qk(n);
       scores_of_block(n);
       softmax.score_step(scores, correction);  // O is still zero: no rescale
       Tensor rP = convert_fragment<Element>(acc_s);
       Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
 
       for (--n; n >= range.n_block_min; --n) {
+        zero_v_past_keys(n + 1);  // before the turn: it must not hold up the other consumer
         FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
         ping_pong.wait_turn();
         wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), acc_s);
@@ -130,6 +166,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         warpgroup_fence_operand(acc_s);
         EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
         k_stage.advance();
+        release_q_after_last_qk(n);
         scores_of_block(n);
         const bool rescale = softmax.score_step(scores, correction);
         warpgroup_wait<0>();
@@ -140,6 +177,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         rP = convert_fragment<Element>(acc_s);
       }
 
+      zero_v_past_keys(range.n_block_min);
       FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
       wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, v_stage.index), acc_o);
       warpgroup_wait<0>();
@@ -151,7 +189,11 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     float lse[kRowsPerThread];
     softmax.finalize(acc_o_rows, lse);
     float* lse_rows = p.softmax_lse + lse_offset(p, seq, row0, tc.head);
-    store_tile_output<Traits>(prm, ss, consumer, tid, tc, lse_rows, seq.seqlen_q - row0, acc_o, lse);
+    store_tile_output<Traits>(prm, ss, consumer, tid, tc, seq, lse_rows, seq.seqlen_q - row0, acc_o, lse);
+  }
+  // The last TMA store must have read its staging buffer before the CTA's shared memory goes away.
+  if constexpr (Traits::kSeparateO) {
+    if (tid == 0) tma_store_wait<0>();
   }
 }
 

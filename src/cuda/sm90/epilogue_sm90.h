@@ -1,9 +1,12 @@
 // The epilogue of one consumer warpgroup: O (normalized) converted to the input type, written by
-// stmatrix into this consumer's half of the Q buffer (its Q rows are dead: its last QK^T has
-// completed), then stored by one TMA bulk copy, which clips rows past seqlen_q and columns past
-// head_dim.  The LSE goes straight from registers to global memory.
-// The consumer's arrival on q_empty (after the TMA store has finished reading smem) lets the
-// producer load the next tile's Q over it.
+// stmatrix into this consumer's staging half (its own buffer, or its half of the Q buffer, whose
+// rows are dead once its last QK^T has completed), then stored by one TMA bulk copy, which clips
+// rows past seqlen_q and columns past head_dim.  The LSE goes straight from registers to global
+// memory.
+// With its own buffer, the previous tile's store must have finished reading it before stmatrix
+// overwrites it (the wait is here, a tile later, so the store overlaps the next tile's mainloop);
+// the consumer released Q when its last QK^T landed.  Over Q, the consumer's arrival on q_empty
+// (after the TMA store has read smem) lets the producer load the next tile's Q.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -12,6 +15,7 @@
 #include "cuda/cute_utils.h"
 #include "cuda/sm90/kernel_params_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
+#include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/softmax_sm90.h"
 
 namespace tileattn::cuda::sm90 {
@@ -19,7 +23,8 @@ namespace tileattn::cuda::sm90 {
 template <typename Traits, typename TensorO, int kRowsPerThread>
 __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm, typename Traits::SharedStorage& ss,
                                                   int consumer, int tid, TileCoords const& tc,
-                                                  float* lse_rows, int q_rows, TensorO const& acc_o,
+                                                  SequenceView const& seq, float* lse_rows, int q_rows,
+                                                  TensorO const& acc_o,
                                                   const float (&lse)[kRowsPerThread]) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -39,8 +44,34 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
     }
   }
 
-  Tensor sO = make_tensor(make_smem_ptr(ss.q.data() + consumer * Traits::kQHalfElems),
-                          typename Traits::SmemLayoutQHalf{});
+  if constexpr (Traits::kSeqBounds) {
+    if (q_rows < kRowsPerConsumer) {  // ends inside the tensor: a TMA box would write the next rows
+      const ForwardParams& p = prm.args.params;
+      Tensor rO = convert_fragment<Element>(acc_o);
+      Tensor rO_rows = make_tensor(rO.data(), gmma_acc_rowcol_layout(rO.layout()));
+      const int row0 = tc.m_block * kBlockM + consumer * kRowsPerConsumer;
+      CUTE_UNROLL
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        const int row = get<0>(coords(r, 0));
+        if (row >= q_rows) continue;
+        Element* dst = static_cast<Element*>(p.out) +
+                       q_offset(seq, p.out_batch_stride, p.out_row_stride, p.out_head_stride, row0 + row, tc.head);
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(rO_rows); ++c) {
+          const int col = get<1>(coords(r, c));
+          if (col < p.head_dim) dst[col] = rO_rows(r, c);
+        }
+      }
+      if constexpr (!Traits::kSeparateO) EmptyBarrier::arrive(&ss.q_empty);
+      return;
+    }
+  }
+
+  Tensor sO = make_tensor(make_smem_ptr(Traits::o_staging(ss, consumer)), typename Traits::SmemLayoutQHalf{});
+  if constexpr (Traits::kSeparateO) {
+    if (tid == 0) tma_store_wait<0>();
+    named_barrier_sync(kEpilogueBarrierBase + consumer, 128);
+  }
   Tensor rO = convert_fragment<Element>(acc_o);
   auto smem_tiled_copy = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
   auto smem_thr_copy = smem_tiled_copy.get_thread_slice(tid);
@@ -50,15 +81,17 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
   named_barrier_sync(kEpilogueBarrierBase + consumer, 128);
   if (tid == 0) {
     Tensor mO = prm.tma_o.get_tma_tensor(prm.q_shape);
-    Tensor gO = local_tile(mO(_, _, tc.head, tc.batch), Shape<Rows, HeadDim>{}, make_coord(_, _0{}));
+    const int batch = Traits::kSeqBounds ? tma_batch(seq) : tc.batch;
+    Tensor gO = local_tile(rows_from<Traits::kSeqBounds>(mO(_, _, tc.head, batch), seq.q_base_row),
+                           Shape<Rows, HeadDim>{}, make_coord(_, _0{}));
     auto parts = tma_partition(prm.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
     Tensor tOgO = get<0>(parts);  // (TMA, 64-row block)
     Tensor tOsO = get<1>(parts);  // (TMA)
     copy(prm.tma_o, tOsO, tOgO(_, 2 * tc.m_block + consumer));
     tma_store_arrive();
-    tma_store_wait<0>();  // smem read by the TMA engine: the buffer may be refilled
+    if constexpr (!Traits::kSeparateO) tma_store_wait<0>();  // smem read by the TMA engine: Q may be refilled
   }
-  EmptyBarrier::arrive(&ss.q_empty);
+  if constexpr (!Traits::kSeparateO) EmptyBarrier::arrive(&ss.q_empty);
 }
 
 }  // namespace tileattn::cuda::sm90

@@ -14,6 +14,14 @@
 
 namespace tileattn::cuda::sm90 {
 
+// The O staging buffer of both consumers, or nothing when O reuses the Q buffer.
+template <bool kSeparate, typename Element, int kElems>
+struct OStaging {
+  cute::array_aligned<Element, kElems, 1024> o;
+};
+template <typename Element, int kElems>
+struct OStaging<false, Element, kElems> {};
+
 template <int kHeadDim_, typename Element_>
 struct Sm90Traits {
   using Element = Element_;
@@ -21,6 +29,8 @@ struct Sm90Traits {
   static constexpr Sm90TileConfig kConfig = sm90_tile_config(kHeadDim_);
   static constexpr int kBlockN = kConfig.block_n;
   static constexpr int kStages = kConfig.stages;
+  static constexpr bool kSeparateO = sm90_separate_o(kHeadDim_);
+  static constexpr bool kSeqBounds = false;  // sequence_bounds_sm90.h
   static constexpr int kRows = kRowsPerConsumer;  // query rows of one consumer warpgroup
   static_assert(kHeadDim % 64 == 0, "rows of 64 elements = one 128-byte swizzle atom");
 
@@ -72,16 +82,26 @@ struct Sm90Traits {
   using SmemCopyAtomO = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>;
 
   struct SharedStorage {
-    cute::array_aligned<Element, 2 * kQHalfElems, 1024> q;  // Q of both consumers, then their O
+    cute::array_aligned<Element, 2 * kQHalfElems, 1024> q;  // Q of both consumers (and their O if !kSeparateO)
     cute::array_aligned<Element, kKVElems, 1024> k;
     cute::array_aligned<Element, kKVElems, 1024> v;
     uint64_t q_full;            // Q landed (TMA transaction barrier)
-    uint64_t q_empty;           // both consumers are done with Q and with O staged over it
+    uint64_t q_empty;           // both consumers are done reading Q (and, if !kSeparateO, storing O over it)
     uint64_t k_full[kStages];   // K stage landed
     uint64_t k_empty[kStages];  // every consumer thread is done reading K stage
     uint64_t v_full[kStages];
     uint64_t v_empty[kStages];
+    OStaging<kSeparateO, Element, 2 * kQHalfElems> o_staging;
   };
+
+  // Where consumer c stages its O for the TMA store.
+  __device__ static Element* o_staging(SharedStorage& ss, int consumer) {
+    if constexpr (kSeparateO) {
+      return ss.o_staging.o.data() + consumer * kQHalfElems;
+    } else {
+      return ss.q.data() + consumer * kQHalfElems;
+    }
+  }
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
 };
 

@@ -14,6 +14,7 @@
 #include "cuda/sm90/fwd_kernel_sm90.h"
 #include "cuda/sm90/kernel_traits_sm90.h"
 #include "cuda/sm90/launch_api_sm90.h"
+#include "cuda/sm90/sequence_bounds_sm90.h"
 
 namespace tileattn::cuda::sm90 {
 
@@ -45,16 +46,24 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
 
   Sm90Params<Traits> prm;
   prm.args = args;
-  prm.q_shape = make_shape(p.seqlen_q, p.head_dim, p.num_heads, p.batch);
-  prm.kv_shape = make_shape(p.seqlen_k, p.head_dim, p.num_heads_k, p.batch);
-  auto q = gmem_view<Traits>(static_cast<const Element*>(p.q), p.seqlen_q, p.head_dim, p.num_heads, p.batch,
-                             p.q_row_stride, p.q_head_stride, p.q_batch_stride);
-  auto k = gmem_view<Traits>(static_cast<const Element*>(p.k), p.seqlen_k, p.head_dim, p.num_heads_k, p.batch,
-                             p.k_row_stride, p.k_head_stride, p.k_batch_stride);
-  auto v = gmem_view<Traits>(static_cast<const Element*>(p.v), p.seqlen_k, p.head_dim, p.num_heads_k, p.batch,
-                             p.v_row_stride, p.v_head_stride, p.v_batch_stride);
-  auto o = gmem_view<Traits>(static_cast<Element*>(p.out), p.seqlen_q, p.head_dim, p.num_heads, p.batch,
-                             p.out_row_stride, p.out_head_stride, p.out_batch_stride);
+  // Varlen: one packed batch of total_q / total_k rows (sm90_supports checked they fit int32);
+  // its batch stride is never used, only required to be a valid TMA stride.
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int q_rows = varlen ? static_cast<int>(p.total_q) : p.seqlen_q;
+  const int kv_rows = varlen ? static_cast<int>(p.total_k) : p.seqlen_k;
+  const int batch = varlen ? 1 : p.batch;
+  auto batch_stride = [&](int64_t stride, int rows, int64_t row_stride) { return varlen ? rows * row_stride : stride; };
+  prm.q_shape = make_shape(q_rows, p.head_dim, p.num_heads, batch);
+  prm.kv_shape = make_shape(kv_rows, p.head_dim, p.num_heads_k, batch);
+  auto q = gmem_view<Traits>(static_cast<const Element*>(p.q), q_rows, p.head_dim, p.num_heads, batch,
+                             p.q_row_stride, p.q_head_stride, batch_stride(p.q_batch_stride, q_rows, p.q_row_stride));
+  auto k = gmem_view<Traits>(static_cast<const Element*>(p.k), kv_rows, p.head_dim, p.num_heads_k, batch,
+                             p.k_row_stride, p.k_head_stride, batch_stride(p.k_batch_stride, kv_rows, p.k_row_stride));
+  auto v = gmem_view<Traits>(static_cast<const Element*>(p.v), kv_rows, p.head_dim, p.num_heads_k, batch,
+                             p.v_row_stride, p.v_head_stride, batch_stride(p.v_batch_stride, kv_rows, p.v_row_stride));
+  auto o = gmem_view<Traits>(static_cast<Element*>(p.out), q_rows, p.head_dim, p.num_heads, batch,
+                             p.out_row_stride, p.out_head_stride,
+                             batch_stride(p.out_batch_stride, q_rows, p.out_row_stride));
   prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQHalf{}, Shape<Rows, HeadDim>{}, _1{});
   prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutKV{}),
                             Shape<BlockN, HeadDim>{}, _1{});
@@ -82,15 +91,21 @@ int fwd_smem_bytes_sm90() {
   return Sm90Traits<kHeadDim, Element>::kSmemBytes;
 }
 
-// Two kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
-// ALiBi, a negative scale).  Dropout stays on the sm80 family.
+// Four kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
+// ALiBi, a negative scale), each with and without sequence bounds inside the tensors (varlen,
+// seqused_k; sequence_bounds_sm90.h).  Dropout stays on the sm80 family.
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
+  using BoundsTraits = SequenceBoundsTraits<Traits>;
+  const ForwardParams& p = args.params;
+  const bool bounds = p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
   if (variant.transformed_scores) {
-    launch_fwd_sm90_variant<Traits, ModifiedScores>(args, stream);
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores>(args, stream)
+           : launch_fwd_sm90_variant<Traits, ModifiedScores>(args, stream);
   } else {
-    launch_fwd_sm90_variant<Traits, PlainScores>(args, stream);
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, PlainScores>(args, stream)
+           : launch_fwd_sm90_variant<Traits, PlainScores>(args, stream);
   }
 }
 

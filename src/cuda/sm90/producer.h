@@ -14,6 +14,7 @@
 #include "cuda/mask_policy.h"
 #include "cuda/sm90/kernel_params_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
+#include "cuda/sm90/sequence_bounds_sm90.h"
 
 namespace tileattn::cuda::sm90 {
 
@@ -44,14 +45,20 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     const TileCoords tc = prm.scheduler.coords(tile);
     const SequenceView seq = sequence_view(p, tc.batch);
     const int m0 = tc.m_block * kBlockM;
+    if constexpr (Traits::kSeqBounds) {
+      if (m0 >= seq.seqlen_q) continue;  // past this sequence's end: the consumers skip it too
+    }
     const KeyBlockRange range = key_block_range(m0, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
                                                 p.window_left, p.window_right);
     const bool has_keys = range.n_block_max > range.n_block_min;
     const int kv_head = tc.head / heads_per_kv;
+    const int batch = Traits::kSeqBounds ? tma_batch(seq) : tc.batch;
 
     // (rows, D, block) views of this head's K and V, and their TMA partitions.
-    Tensor gK = local_tile(mK(_, _, kv_head, tc.batch), Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
-    Tensor gV = local_tile(mV(_, _, kv_head, tc.batch), Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
+    Tensor gK = local_tile(rows_from<Traits::kSeqBounds>(mK(_, _, kv_head, batch), seq.k_base_row),
+                           Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
+    Tensor gV = local_tile(rows_from<Traits::kSeqBounds>(mV(_, _, kv_head, batch), seq.k_base_row),
+                           Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
     auto k_parts = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto v_parts = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
     Tensor tKgK = get<0>(k_parts);  // (TMA, block)
@@ -73,12 +80,18 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     };
 
     if (has_keys) load_k(range.n_block_max - 1);
+    // Every tile takes part in the Q handshake, a tile with no visible key too: it completes a
+    // q_full phase with no bytes.  A consumer can then release Q of tile t + 1 only after this
+    // wait for tile t's release, so the q_empty phases never run two ahead of the wait (which
+    // tracks only parity and would then wait forever).
     EmptyBarrier::wait(&ss.q_empty, q_empty_parity);
     q_empty_parity ^= 1u;
+    if (!has_keys) FullBarrier::arrive_and_expect_tx(&ss.q_full, 0);
     if (has_keys) {
       // One 64-row box per consumer; rows past seqlen_q come in as zeros.  A half that lies wholly
       // past seqlen_q is not loaded: its consumer computes rows that are never stored.
-      Tensor gQ = local_tile(mQ(_, _, tc.head, tc.batch), Shape<Rows, HeadDim>{}, make_coord(_, _0{}));
+      Tensor gQ = local_tile(rows_from<Traits::kSeqBounds>(mQ(_, _, tc.head, batch), seq.q_base_row),
+                             Shape<Rows, HeadDim>{}, make_coord(_, _0{}));
       const int halves = seq.seqlen_q - m0 > kRowsPerConsumer ? 2 : 1;
       FullBarrier::arrive_and_expect_tx(&ss.q_full, halves * Traits::kQHalfBytes);
       for (int half = 0; half < halves; ++half) {

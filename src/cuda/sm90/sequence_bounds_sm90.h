@@ -1,0 +1,38 @@
+// Sequences whose bounds lie inside the TMA tensors: varlen (one packed tensor of rows, sequence b
+// at rows [cu_seqlens[b], cu_seqlens[b + 1])) and seqused_k (keys past it are in the tensor).  TMA
+// only clips at a tensor's ends, so the kernel built for these calls (Traits::kSeqBounds):
+//   - addresses a sequence's rows from its first packed row (rows_from),
+//   - skips the query tiles past a shorter sequence's end (the grid covers max_seqlen_q),
+//   - zeroes the V rows past the sequence's keys before their PV product: those rows belong to the
+//     next sequence or lie past seqused_k, and a NaN there times the 0 probability of its masked
+//     column would still reach O (the K rows need nothing: their scores are overwritten by -inf),
+//   - stores an O tile that ends inside the tensor element by element instead of by TMA, which
+//     would write the next sequence's rows.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "common/sequence.h"
+
+namespace tileattn::cuda::sm90 {
+
+// The batch-mode traits with the sequence-bounds handling switched on.
+template <typename Base>
+struct SequenceBoundsTraits : Base {
+  static constexpr bool kSeqBounds = true;
+};
+
+// A (rows, head_dim) coordinate tensor of one head, starting at row `first_row` when kSeqBounds.
+template <bool kSeqBounds, typename Tensor>
+__device__ __forceinline__ auto rows_from(Tensor const& rows, int64_t first_row) {
+  if constexpr (kSeqBounds) {
+    return cute::domain_offset(cute::make_coord(static_cast<int>(first_row), cute::_0{}), rows);
+  } else {
+    return rows;
+  }
+}
+
+// The batch coordinate of a sequence in the TMA tensors: 0 in varlen form (one packed batch).
+__device__ __forceinline__ int tma_batch(SequenceView const& seq) { return static_cast<int>(seq.q_batch); }
+
+}  // namespace tileattn::cuda::sm90
