@@ -3,8 +3,9 @@
 A backend turns inputs in flash-attn's layout, q (batch, seqlen, heads, d) and k, v alike, into a
 zero-argument callable that returns O in the same layout.  Other modules add backends with
 @register (a new tileattn kernel family, a decode kernel) and reach the CLI through --plugin.
-"tileattn@VALUE" runs tileattn with TILEATTN_FORWARD_FAMILY=VALUE set around each call, for
-libraries that read it per call (a library that reads it once needs its own process).
+"tileattn@VALUE" runs tileattn with TILEATTN_FORWARD_FAMILY=VALUE set around each call and
+TILEATTN_BACKWARD_FAMILY=VALUE around its backward, for libraries that read them per call (a
+library that reads them once needs its own process).
 """
 import contextlib
 import os
@@ -63,6 +64,32 @@ def _env(key, value):
             os.environ[key] = old
 
 
+class _BackwardFamily(torch.autograd.Function):
+    """Identity on tensors whose backward sets TILEATTN_BACKWARD_FAMILY (enter=True, placed on the
+    attention's output, so it runs just before the attention's backward) or restores it (placed
+    on the inputs, so it runs just after).  The backward runs outside the forward's `with`."""
+    KEY = "TILEATTN_BACKWARD_FAMILY"
+    saved = []
+
+    @staticmethod
+    def forward(ctx, enter, family, *tensors):
+        ctx.enter, ctx.family = enter, family
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if ctx.enter:
+            _BackwardFamily.saved.append(os.environ.get(_BackwardFamily.KEY))
+            os.environ[_BackwardFamily.KEY] = ctx.family
+        else:
+            old = _BackwardFamily.saved.pop()
+            if old is None:
+                del os.environ[_BackwardFamily.KEY]
+            else:
+                os.environ[_BackwardFamily.KEY] = old
+        return (None, None, *grads)
+
+
 def _tileattn(q, k, v, causal, family=None):
     import tileattn
 
@@ -71,7 +98,11 @@ def _tileattn(q, k, v, causal, family=None):
 
     def run():
         with _env("TILEATTN_FORWARD_FAMILY", family):
-            return tileattn.flash_attn_func(q, k, v, causal=causal)
+            if not torch.is_grad_enabled() or not q.requires_grad:
+                return tileattn.flash_attn_func(q, k, v, causal=causal)
+            q2, k2, v2 = _BackwardFamily.apply(False, family, q, k, v)
+            out = tileattn.flash_attn_func(q2, k2, v2, causal=causal)
+            return _BackwardFamily.apply(True, family, out)[0]
     return run
 
 

@@ -28,6 +28,11 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
     tests/python -k "not grad and not backward" 2>&1 | tee "$OUT/pytest_cuda_sm80.log" | tail -2 || rc=1
   timeout 300 python3 tests/cuda/check_backward.py > "$OUT/check_backward.log" 2>&1 || rc=1
   tail -1 "$OUT/check_backward.log"
+  # On sm90 the backward's products run on wgmma; the same checks with the mma.sync products.
+  TILEATTN_BACKWARD_FAMILY=sm80 timeout 300 python3 tests/cuda/check_backward.py > "$OUT/check_backward_sm80.log" 2>&1 || rc=1
+  tail -1 "$OUT/check_backward_sm80.log"
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_BACKWARD_FAMILY=sm80 timeout 300 python3 -m pytest -q -p no:cacheprovider \
+    tests/python -k "grad or backward" 2>&1 | tee "$OUT/pytest_cuda_bwd_sm80.log" | tail -2 || rc=1
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_backward.py \
     > "$OUT/sanitize_backward.log" 2>&1 || rc=1
   tail -2 "$OUT/sanitize_backward.log"
@@ -38,7 +43,8 @@ fi
 if [[ $WHAT == all || $WHAT == bench ]]; then
   # The benchmark CLI (bench/__init__.py); one PNG (forward) keeps $OUT within the 8 files that
   # come back from the device.
-  # The backward is measured atomic and deterministic (tileattn-deterministic).
+  # The backward is measured atomic and deterministic (tileattn-deterministic); tileattn@sm80
+  # runs both directions on the sm80 family.
   python3 -m bench sweep --shapes fa --direction fwd bwd \
     --backends tileattn tileattn@sm80 tileattn-deterministic sdpa-flash sdpa-cudnn \
     --plot fwd --out "$OUT/sweep.csv" 2>&1 | tee "$OUT/sweep.log" | tail -40

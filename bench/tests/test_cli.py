@@ -1,10 +1,12 @@
 """The CLI's logic on the CPU: shapes and their costs, the sweep end to end on tiny CPU cases, the
 registry and plugins, the README block rewrite, ncu's CSV parsing, the ragged lengths."""
 import csv
+import os
 import sys
 import types
 
 import pytest
+import torch
 
 from bench import __main__ as cli
 from bench import backends, ncu_profile, readme, shapes, varlen
@@ -53,6 +55,32 @@ def test_unknown_backend_names_itself():
     with pytest.raises(KeyError, match="nope"):
         backends.get("nope")
     assert backends.get("tileattn@sm90").name == "tileattn@sm90"
+
+
+def test_family_backend_sets_the_backward_family_only_during_its_backward(monkeypatch):
+    """tileattn@VALUE's backward runs after run() returns: the identity nodes around the attention
+    set TILEATTN_BACKWARD_FAMILY for the attention's own backward and restore it afterwards."""
+    monkeypatch.delenv("TILEATTN_BACKWARD_FAMILY", raising=False)
+    seen = []
+
+    class Record(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen.append(os.environ.get("TILEATTN_BACKWARD_FAMILY"))
+            return grad * 2
+
+    x = torch.randn(3, requires_grad=True)
+    (inner,) = backends._BackwardFamily.apply(False, "sm80", x)
+    (out,) = backends._BackwardFamily.apply(True, "sm80", Record.apply(inner))
+    assert os.environ.get("TILEATTN_BACKWARD_FAMILY") is None
+    out.sum().backward()
+    assert seen == ["sm80"]
+    assert os.environ.get("TILEATTN_BACKWARD_FAMILY") is None
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
 
 
 def test_plugin_registers_a_backend(monkeypatch, capsys):

@@ -3,22 +3,21 @@
 // src/cuda/sm90) on a compute capability 9.0 GPU when it supports the call, else the sm80-family
 // tiled kernel for the head-dim bucket, else the fallback kernel.
 // TILEATTN_FORWARD_FAMILY=auto|sm90|sm80 (default auto) picks the family: auto and sm90 use the
-// sm90 kernels where they apply (a call they do not support -- dropout, varlen, unaligned or zero
-// strides, an unbuilt bucket -- runs on the sm80 family); sm80 forces the sm80 family, for
-// comparisons and as an escape hatch.  Any other value is an error naming the variable.
+// sm90 kernels where they apply (a call they do not support -- dropout, unaligned or zero strides,
+// an unbuilt bucket -- runs on the sm80 family); sm80 forces the sm80 family, for comparisons and
+// as an escape hatch.  Any other value is an error naming the variable (cuda/kernel_family.h).
 #include <cuda_runtime.h>
 #include <cutlass/numeric_types.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "api/backends.h"
 #include "common/philox.h"
 #include "cuda/check.h"
 #include "cuda/device_checks.h"
+#include "cuda/kernel_family.h"
 #include "cuda/launch_api.h"
 #include "cuda/simple_kernels.h"
 #include "cuda/sm90/launch_api_sm90.h"
@@ -66,26 +65,6 @@ const FwdInstance* find_sm90_instance(int head_dim, tileattn_dtype dtype) {
     if (inst.run != nullptr && inst.dtype == dtype && inst.head_dim == bucket) return &inst;
   }
   return nullptr;
-}
-
-// Read on every call, so one process (a test, a benchmark) can switch families.
-bool sm90_family_allowed() {
-  const char* family = std::getenv("TILEATTN_FORWARD_FAMILY");
-  if (family == nullptr || family[0] == '\0' || std::strcmp(family, "auto") == 0 || std::strcmp(family, "sm90") == 0) {
-    return true;
-  }
-  if (std::strcmp(family, "sm80") == 0) return false;
-  throw Error(ErrorCode::kInvalidArgument, "TILEATTN_FORWARD_FAMILY",
-              std::string("TILEATTN_FORWARD_FAMILY must be auto, sm90 or sm80, got '") + family + "'");
-}
-
-// wgmma and TMA as compiled (sm_90a) run on compute capability 9.0 only.
-bool is_sm90_device() {
-  int device = 0, major = 0, minor = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-  return major == 9 && minor == 0;
 }
 
 // What the sm90 kernel covers: no dropout, positive strides (TMA descriptors; varlen's batch
@@ -162,7 +141,7 @@ void cuda_forward(const ForwardParams& p) {
                        vector_aligned(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, varlen) &&
                        vector_aligned(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, varlen) &&
                        vector_aligned(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, varlen);
-  const bool sm90_allowed = sm90_family_allowed();  // first, so a bad value always raises
+  const bool sm90_allowed = sm90_family_allowed("TILEATTN_FORWARD_FAMILY");  // first, so a bad value always raises
   const FwdInstance* sm90_instance =
       aligned && sm90_allowed && sm90_supports(p, dropout) ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
   const FwdInstance* instance = find_instance(p.head_dim, p.dtype);

@@ -156,6 +156,26 @@ def test_unknown_forward_family_is_an_error(monkeypatch):
     torch.testing.assert_close(flash_attn_func(x, x, x), tileattn_auto_family(x), rtol=0, atol=1e-2)
 
 
+def test_unknown_backward_family_is_an_error(monkeypatch):
+    """TILEATTN_BACKWARD_FAMILY picks the backward's products (wgmma on Hopper, else mma.sync); a
+    typo raises naming it, and sm80 gives the same gradients as auto to bf16 rounding."""
+    if not (torch.cuda.is_available() and tileattn.has_cuda()):
+        pytest.skip("the backward family is chosen by the CUDA backend")
+    x = torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out = flash_attn_func(x, x, x)
+    monkeypatch.setenv("TILEATTN_BACKWARD_FAMILY", "sm91")
+    with pytest.raises(ValueError) as raised:
+        out.backward(torch.ones_like(out), retain_graph=True)
+    assert raised.value.argument == "TILEATTN_BACKWARD_FAMILY"
+    grads = {}
+    for family in ("sm80", "auto"):
+        monkeypatch.setenv("TILEATTN_BACKWARD_FAMILY", family)
+        x.grad = None
+        out.backward(torch.ones_like(out), retain_graph=True)
+        grads[family] = x.grad.clone()
+    torch.testing.assert_close(grads["sm80"], grads["auto"], rtol=0, atol=2e-2)
+
+
 def tileattn_auto_family(x):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TILEATTN_FORWARD_FAMILY", "auto")

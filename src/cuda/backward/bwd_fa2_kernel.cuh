@@ -9,17 +9,19 @@
 //   dQ_i += dS K                                      float atomics into the workspace (rows
 //                                                    padded to the bucket), in key block order
 //                                                    when deterministic (bwd_dq_turns.cuh)
-// and at the end writes dK (times the softmax scale) and dV.
+// and at the end writes dK (times the softmax scale) and dV.  The tile products come from a
+// Products policy: bwd_products_sm80.cuh (ldmatrix + mma.sync) or, on Hopper,
+// src/cuda/sm90/bwd_products_sm90.cuh (wgmma reading shared memory directly); both see the same
+// shared-memory tiles, loaded here with cp.async.
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>  // fence_view_async_shared
 
 #include "common/sequence.h"
 #include "cuda/backward/bwd_args.h"
 #include "cuda/backward/bwd_dq_turns.cuh"
-#include "cuda/backward/bwd_fa2_gemm.cuh"
 #include "cuda/backward/bwd_fa2_scores.cuh"
-#include "cuda/backward/bwd_fa2_traits.h"
 #include "cuda/backward/bwd_tiles.cuh"
 #include "cuda/cute_utils.h"
 #include "cuda/mask_policy.h"
@@ -54,14 +56,15 @@ __device__ __forceinline__ void add_dq(TensorAcc const& acc, TensorG& gdq, Tenso
   }
 }
 
-template <typename Traits, bool kTransforms, bool kDropout>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) fa2_bwd_kernel(const __grid_constant__ BwdArgs a) {
+template <typename Products, bool kTransforms, bool kDropout>
+__global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel(const __grid_constant__ BwdArgs a) {
   using namespace cute;
+  using Traits = typename Products::Traits;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
-  extern __shared__ __align__(128) char smem[];
+  extern __shared__ __align__(1024) char smem[];  // 1 KB: the 128-byte swizzle's period
   const tileattn_fwd_params& f = a.p.fwd;
   const int tid = threadIdx.x;
   const int n_block = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
@@ -94,25 +97,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fa2_bwd_kernel(const __g
   };
   int m_block = n0 < seq.seqlen_k ? next_visited(num_m_blocks - 1) : -1;
 
-  // Shared memory.
+  // Shared memory: the cp.async destinations.
   auto smem_ptr = [&](int offset) { return make_smem_ptr(reinterpret_cast<Element*>(smem + offset)); };
   Tensor sK = make_tensor(smem_ptr(Traits::kOffsetK), typename Traits::SmemLayoutKV{});
   Tensor sV = make_tensor(smem_ptr(Traits::kOffsetV), typename Traits::SmemLayoutKV{});
-  Tensor sKt = make_tensor(smem_ptr(Traits::kOffsetK), typename Traits::SmemLayoutKt{});
-  Tensor sKtNoSwizzle = make_tensor(smem_ptr(Traits::kOffsetK), typename Traits::SmemLayoutKtNoSwizzle{});
-  Tensor sP = make_tensor(smem_ptr(Traits::kOffsetP), typename Traits::SmemLayoutPdS{});
-  Tensor sPt = make_tensor(smem_ptr(Traits::kOffsetP), typename Traits::SmemLayoutPdSt{});
-  Tensor sPtNoSwizzle = make_tensor(smem_ptr(Traits::kOffsetP), typename Traits::SmemLayoutPdStNoSwizzle{});
-  Tensor sdS = make_tensor(smem_ptr(Traits::kOffsetdS), typename Traits::SmemLayoutPdS{});
-  Tensor sdSt = make_tensor(smem_ptr(Traits::kOffsetdS), typename Traits::SmemLayoutPdSt{});
   auto sQ_stage = [&](int offset, int stage) {
     return make_tensor(smem_ptr(offset + stage * Traits::kQBytes), typename Traits::SmemLayoutQ{});
   };
-  auto sQt_stage = [&](int offset, int stage) {
-    return make_tensor(smem_ptr(offset + stage * Traits::kQBytes), typename Traits::SmemLayoutQt{});
-  };
-  Tensor sQtNoSwizzle = make_tensor(smem_ptr(Traits::kOffsetQ), typename Traits::SmemLayoutQtNoSwizzle{});
-
   // Global memory: this head's rows from row 0 of the sequence.
   const Element* q_rows = static_cast<const Element*>(f.q) +
                           q_offset(seq, f.q_batch_stride, f.q_row_stride, f.q_head_stride, 0, h);
@@ -151,48 +142,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fa2_bwd_kernel(const __g
                                gmem_thr.partition_D(sQ_stage(Traits::kOffsetdO, stage)), tQcQ, tQpCol, rows);
   };
 
-  // The three tiled MMAs, their register operands, and the ldmatrix partitions that do not
-  // depend on the Q / dO stage.
-  typename Traits::TiledMmaSdP mma_sdp;
-  typename Traits::TiledMmadKV mma_dkv;
-  typename Traits::TiledMmadQ mma_dq;
-  auto thr_sdp = mma_sdp.get_thread_slice(tid);
-  auto thr_dkv = mma_dkv.get_thread_slice(tid);
-  auto thr_dq = mma_dq.get_thread_slice(tid);
-  Tensor tSrQ = thr_sdp.partition_fragment_A(sQ_stage(Traits::kOffsetQ, 0));   // Q or dO
-  Tensor tSrK = thr_sdp.partition_fragment_B(sK);                              // K or V
-  Tensor tdKVrPt = thr_dkv.partition_fragment_A(sPtNoSwizzle);                 // P^T or dS^T
-  Tensor tdKVrQt = thr_dkv.partition_fragment_B(sQtNoSwizzle);                 // dO^T or Q^T
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
-  Tensor tdQrKt = thr_dq.partition_fragment_B(sKtNoSwizzle);
-
-  auto copy_a_sdp = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma_sdp);
-  auto copy_b_sdp = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, mma_sdp);
-  auto copy_a_dkv = make_tiled_copy_A(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
-  auto copy_b_dkv = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
-  auto copy_a_dq = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma_dq);
-  auto copy_b_dq = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dq);
-  Tensor tSsK = copy_b_sdp.get_thread_slice(tid).partition_S(sK);
-  Tensor tdPsV = copy_b_sdp.get_thread_slice(tid).partition_S(sV);
-  Tensor tdVsPt = copy_a_dkv.get_thread_slice(tid).partition_S(sPt);
-  Tensor tdKsdSt = copy_a_dkv.get_thread_slice(tid).partition_S(sdSt);
-  Tensor tdQsdS = copy_a_dq.get_thread_slice(tid).partition_S(sdS);
-  Tensor tdQsKt = copy_b_dq.get_thread_slice(tid).partition_S(sKt);
-
-  // P and dS, registers -> smem.
-  auto copy_pds = make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, mma_sdp);
-  auto thr_copy_pds = copy_pds.get_thread_slice(tid);
-  Tensor tPsP = thr_copy_pds.partition_D(sP);
-  Tensor tdSsdS = thr_copy_pds.partition_D(sdS);
-
+  Products products(smem, tid);
   // Tile-local (row, col) of every S / dP and dQ value this thread holds, as (rows, cols) views.
-  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
-  Tensor score_coords = make_tensor(tScS.data(), acc_rowcol_layout(tScS.layout()));
-  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tScS = products.partition_sdp(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor score_coords = make_tensor(tScS.data(), Products::rowcol(tScS.layout()));
+  Tensor tdQcdQ = products.partition_dq(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   constexpr int kRows = decltype(size<0>(score_coords))::value;
 
-  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
-  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor acc_dk = products.acc_dkv();
+  Tensor acc_dv = products.acc_dkv();
   clear(acc_dk);
   clear(acc_dv);
 
@@ -219,6 +177,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fa2_bwd_kernel(const __g
     }
 
     cp_async_wait<0>();
+    // wgmma reads shared memory through the async proxy: cp.async's writes must be fenced first.
+    if constexpr (Products::kAsyncProxyOperands) cutlass::arch::fence_view_async_shared();
     __syncthreads();  // Q_i, dO_i visible; every warp is done with the other stage, P and dS
     if (m_next >= 0) {
       load_query_block(m_next, stage ^ 1);
@@ -226,20 +186,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fa2_bwd_kernel(const __g
     }
 
     // S = Q K^T, dP = dO V^T
-    Tensor sQ = sQ_stage(Traits::kOffsetQ, stage);
-    Tensor sdO = sQ_stage(Traits::kOffsetdO, stage);
-    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    clear(acc_s);
-    clear(acc_dp);
-    gemm_smem(mma_sdp, acc_s, tSrQ, tSrK, copy_a_sdp.get_thread_slice(tid).partition_S(sQ), tSsK,
-              copy_a_sdp, copy_b_sdp);
-    gemm_smem(mma_sdp, acc_dp, tSrQ, tSrK, copy_a_sdp.get_thread_slice(tid).partition_S(sdO), tdPsV,
-              copy_a_sdp, copy_b_sdp);
+    Tensor acc_s = products.acc_sdp();
+    Tensor acc_dp = products.acc_sdp();
+    products.scores(acc_s, acc_dp, stage);
 
     // P and dS in registers, then 16-bit copies in smem.
-    Tensor scores = make_tensor(acc_s.data(), acc_rowcol_layout(acc_s.layout()));
-    Tensor dscores = make_tensor(acc_dp.data(), acc_rowcol_layout(acc_dp.layout()));
+    Tensor scores = make_tensor(acc_s.data(), Products::rowcol(acc_s.layout()));
+    Tensor dscores = make_tensor(acc_dp.data(), Products::rowcol(acc_dp.layout()));
     if (range.needs_mask(n_block, kBlockN)) {
       probs_and_score_grads<true, kTransforms, kDropout>(scores, dscores, score_coords, lse_log2, delta, rule,
                                                          scale_log2, m0, n0);
@@ -249,25 +202,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fa2_bwd_kernel(const __g
     }
     Tensor rP = convert_fragment<Element>(acc_s);
     Tensor rdS = convert_fragment<Element>(acc_dp);
-    copy(copy_pds, thr_copy_pds.retile_S(rP), tPsP);
-    copy(copy_pds, thr_copy_pds.retile_S(rdS), tdSsdS);
+    products.store_p_ds(rP, rdS);
+    if constexpr (Products::kAsyncProxyOperands) cutlass::arch::fence_view_async_shared();
     __syncthreads();
 
-    // dV += (Z o P)^T dO,  dK += dS^T Q
-    gemm_smem(mma_dkv, acc_dv, tdKVrPt, tdKVrQt, tdVsPt,
-              copy_b_dkv.get_thread_slice(tid).partition_S(sQt_stage(Traits::kOffsetdO, stage)), copy_a_dkv,
-              copy_b_dkv);
-    gemm_smem(mma_dkv, acc_dk, tdKVrPt, tdKVrQt, tdKsdSt,
-              copy_b_dkv.get_thread_slice(tid).partition_S(sQt_stage(Traits::kOffsetQ, stage)), copy_a_dkv,
-              copy_b_dkv);
-
-    // dQ_i += dS K (unscaled; the finish kernel applies the softmax scale)
-    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-    clear(acc_dq);
-    gemm_smem(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, copy_a_dq, copy_b_dq);
+    // dV += (Z o P)^T dO,  dK += dS^T Q,  dQ_i += dS K (unscaled; the finish kernel applies the
+    // softmax scale)
+    Tensor acc_dq = products.acc_dq();
+    products.key_and_query_grads(acc_dv, acc_dk, acc_dq, stage);
     Tensor gdQ = make_tensor(make_gmem_ptr(a.dq_accum + (h * a.q_rows + packed_q_row(f, seq, m0)) * kHeadDim),
                              Layout<Shape<Int<kBlockM>, Int<kHeadDim>>, Stride<Int<kHeadDim>, _1>>{});
-    Tensor tdQgdQ = thr_dq.partition_C(gdQ);
+    Tensor tdQgdQ = products.partition_dq(gdQ);
     const int valid_rows = seq.seqlen_q - m0;
     if (a.dq_turns != nullptr) {
       int* counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m_block;
@@ -281,7 +226,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fa2_bwd_kernel(const __g
   }
 
   // dK = scale * sum dS^T Q, dV as accumulated; keys in [seqlen_k, stored) hold zeros.
-  Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  Tensor tdKVc = products.partition_dkv(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   const int rows_out = min(kBlockN, stored - n0);
   CUTE_UNROLL
   for (int i = 0; i < size(acc_dk); ++i) {

@@ -1,17 +1,20 @@
-// The launcher of the FA2 register-level backward kernel for one (head-dim bucket, dtype),
-// included by the per-instance files bwd_fa2_hdim*_*.cu.
+// The launcher of the register-level backward kernel (bwd_fa2_kernel.cuh) for one Products
+// policy, included by the per-instance files: bwd_fa2_hdim*_*.cu (mma.sync) and the generated
+// sm_90a ones (src/cuda/sm90/bwd_sm90_instance.cu.in, wgmma).
 #pragma once
 
 #include "cuda/backward/bwd_fa2_kernel.cuh"
 #include "cuda/backward/bwd_launch.h"
+#include "cuda/backward/bwd_products_sm80.cuh"
 #include "cuda/check.h"
 
 namespace tileattn::cuda::bwd {
 
-template <typename Traits, bool kTransforms, bool kDropout>
-void launch_fa2_bwd(const BwdArgs& args, cudaStream_t stream) {
+template <typename Products, bool kTransforms, bool kDropout>
+void launch_bwd_main(const BwdArgs& args, cudaStream_t stream) {
+  using Traits = typename Products::Traits;
   const tileattn_fwd_params& f = args.p.fwd;
-  auto kernel = fa2_bwd_kernel<Traits, kTransforms, kDropout>;
+  auto kernel = fa2_bwd_kernel<Products, kTransforms, kDropout>;
   // Above 48 KB a kernel must opt in; once per instance is enough.
   static const cudaError_t opt_in =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
@@ -21,20 +24,24 @@ void launch_fa2_bwd(const BwdArgs& args, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "fa2_bwd_kernel");
 }
 
-template <int kHeadDim, typename Element>
-void run_fa2_bwd(const BwdArgs& args, cudaStream_t stream) {
-  using Traits = Fa2BwdTraits<kHeadDim, Element>;
+template <typename Products>
+void run_bwd_main(const BwdArgs& args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
   if (f.seqlen_k == 0) return;
   const bool transforms = f.softcap > 0.0f || f.alibi_slopes != nullptr;
   const bool dropout = f.dropout_p > 0.0f;
   if (dropout) {
-    if (transforms) launch_fa2_bwd<Traits, true, true>(args, stream);
-    else launch_fa2_bwd<Traits, false, true>(args, stream);
+    if (transforms) launch_bwd_main<Products, true, true>(args, stream);
+    else launch_bwd_main<Products, false, true>(args, stream);
   } else {
-    if (transforms) launch_fa2_bwd<Traits, true, false>(args, stream);
-    else launch_fa2_bwd<Traits, false, false>(args, stream);
+    if (transforms) launch_bwd_main<Products, true, false>(args, stream);
+    else launch_bwd_main<Products, false, false>(args, stream);
   }
+}
+
+template <int kHeadDim, typename Element>
+void run_fa2_bwd(const BwdArgs& args, cudaStream_t stream) {
+  run_bwd_main<Sm80Products<Fa2BwdTraits<kHeadDim, Element>>>(args, stream);
 }
 
 #define TILEATTN_INSTANTIATE_FA2_BWD(kHeadDim, Element) \

@@ -29,3 +29,12 @@ template <typename Element>
 void run_bwd_finish(const BwdArgs& args, cudaStream_t stream);
 
 }  // namespace tileattn::cuda::bwd
+
+namespace tileattn::cuda::sm90 {
+
+// The same main kernel with wgmma products, for compute capability 9.0 only: defined by the
+// generated bwd_sm90_<dtype>_hdim<D>.cu files (sm_90a); sm90_bwd_instances.inc lists those built.
+template <int kHeadDim, typename Element>
+void run_bwd_sm90(const bwd::BwdArgs& args, cudaStream_t stream);
+
+}  // namespace tileattn::cuda::sm90

@@ -2,6 +2,9 @@
 // delta -> main -> finish, all on the caller's stream.  The main kernel is the FA2 register-level
 // one (bwd_fa2_kernel.cuh) when every input has 16-byte aligned rows and its tiles fit the GPU's
 // shared memory; otherwise the WMMA fallback (bwd_kernels.cuh), with its own deterministic dQ kernel.
+// On compute capability 9.0 the FA2 kernel's tile products run on wgmma (src/cuda/sm90/
+// bwd_products_sm90.cuh) when that bucket was built, unless TILEATTN_BACKWARD_FAMILY=sm80
+// (cuda/kernel_family.h).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,11 +18,32 @@
 #include "cuda/backward/bwd_launch.h"
 #include "cuda/check.h"
 #include "cuda/device_checks.h"
+#include "cuda/kernel_family.h"
 #include "cuda/stream_workspace.h"
 
 namespace tileattn {
 namespace cuda {
 namespace {
+
+struct Sm90BwdInstance {
+  int head_dim;
+  tileattn_dtype dtype;
+  void (*run)(const bwd::BwdArgs&, cudaStream_t);
+};
+
+// The wgmma buckets this build compiled (empty unless 90 is in TILEATTN_CUDA_ARCHS), after a
+// sentinel entry that keeps the array non-empty.
+constexpr Sm90BwdInstance kSm90Instances[] = {
+    {0, TILEATTN_FLOAT16, nullptr},
+#include "sm90_bwd_instances.inc"
+};
+
+const Sm90BwdInstance* find_sm90_instance(int bucket, tileattn_dtype dtype) {
+  for (const Sm90BwdInstance& inst : kSm90Instances) {
+    if (inst.run != nullptr && inst.dtype == dtype && inst.head_dim == bucket) return &inst;
+  }
+  return nullptr;
+}
 
 // The FA2 instance for a head-dim bucket; Element is the CuTe type (cutlass::half_t / bfloat16_t).
 template <typename Element>
@@ -41,11 +65,14 @@ void run_fallback_main(const bwd::BwdArgs& args, int bucket, cudaStream_t stream
 }
 
 // Element: __half / __nv_bfloat16 for the small kernels; CuteElement the same type for CuTe.
+// sm90: the wgmma instance to run instead of the FA2 one, or nullptr.
 template <typename Element, typename CuteElement>
-void run_backward(const bwd::BwdArgs& args, bool fa2, cudaStream_t stream) {
+void run_backward(const bwd::BwdArgs& args, bool fa2, const Sm90BwdInstance* sm90, cudaStream_t stream) {
   const int bucket = bwd::head_dim_bucket(args.p.fwd.head_dim);
   bwd::run_bwd_delta<Element>(args, stream);
-  if (fa2) {
+  if (sm90 != nullptr) {
+    sm90->run(args, stream);
+  } else if (fa2) {
     run_fa2_main<CuteElement>(args, bucket, stream);
   } else {
     run_fallback_main<Element>(args, bucket, stream);
@@ -76,6 +103,7 @@ void cuda_backward(const BackwardParams& p) {
   using namespace cuda;
   const ForwardParams& f = p.fwd;
   require_sm80();
+  const bool sm90_allowed = sm90_family_allowed("TILEATTN_BACKWARD_FAMILY");  // first: a bad value always raises
   for (const auto& [ptr, name] : {std::pair<const void*, const char*>{f.q, "q"}, {f.k, "k"}, {f.v, "v"},
                                   {f.out, "out"}, {f.softmax_lse, "softmax_lse"}, {p.dout, "dout"},
                                   {p.dq, "dq"}, {p.dk, "dk"}, {p.dv, "dv"},
@@ -101,6 +129,10 @@ void cuda_backward(const BackwardParams& p) {
   args.vector_dq = vectorizable(p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, f.head_dim, varlen);
   const bool fa2 = args.vector_q && args.vector_k && args.vector_v && args.vector_dout &&
                    bwd::fa2_bwd_smem_bytes(bwd::head_dim_bucket(f.head_dim)) <= device_smem_optin();
+  // The wgmma products read the same tiles as the FA2 kernel: same conditions, plus the GPU.
+  const Sm90BwdInstance* sm90 =
+      fa2 && sm90_allowed && is_sm90_device() ? find_sm90_instance(bwd::head_dim_bucket(f.head_dim), f.dtype)
+                                              : nullptr;
   StreamWorkspace workspace(stream);
   args.delta = workspace.floats(f.num_heads * args.q_rows, false);
   // dQ accumulates in float32 atomics, except on the fallback's deterministic path.
@@ -120,9 +152,9 @@ void cuda_backward(const BackwardParams& p) {
     args.dv_expanded = workspace.floats(f.num_heads * args.k_rows * f.head_dim, false);
   }
   if (f.dtype == TILEATTN_FLOAT16) {
-    run_backward<__half, cutlass::half_t>(args, fa2, stream);
+    run_backward<__half, cutlass::half_t>(args, fa2, sm90, stream);
   } else {
-    run_backward<__nv_bfloat16, cutlass::bfloat16_t>(args, fa2, stream);
+    run_backward<__nv_bfloat16, cutlass::bfloat16_t>(args, fa2, sm90, stream);
   }
 }
 

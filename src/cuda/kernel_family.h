@@ -1,0 +1,39 @@
+// Which kernel family serves a call on this GPU: the Hopper (sm90a: wgmma, TMA) kernels run on
+// compute capability 9.0 only, and an environment variable per direction lets a user force the
+// sm80 family (for comparisons, or as an escape hatch):
+//   TILEATTN_FORWARD_FAMILY, TILEATTN_BACKWARD_FAMILY = auto (default) | sm90 | sm80
+// auto and sm90 use the Hopper kernels where they apply; any other value is an error naming the
+// variable.  Read on every call, so one process (a test, a benchmark) can switch families.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cuda/check.h"
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn::cuda {
+
+inline bool sm90_family_allowed(const char* variable) {
+  const char* family = std::getenv(variable);
+  if (family == nullptr || family[0] == '\0' || std::strcmp(family, "auto") == 0 || std::strcmp(family, "sm90") == 0) {
+    return true;
+  }
+  if (std::strcmp(family, "sm80") == 0) return false;
+  throw Error(ErrorCode::kInvalidArgument, variable,
+              std::string(variable) + " must be auto, sm90 or sm80, got '" + family + "'");
+}
+
+// wgmma and TMA as compiled (sm_90a) run on compute capability 9.0 only.
+inline bool is_sm90_device() {
+  int device = 0, major = 0, minor = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  return major == 9 && minor == 0;
+}
+
+}  // namespace tileattn::cuda
