@@ -19,7 +19,7 @@ struct BwdArgs {
   int64_t q_rows, k_rows;  // rows of every sequence, packed (see packed_q_row)
   bool deterministic;
   bool vector_q, vector_k, vector_v, vector_dout;  // 16-byte loads are safe for that input
-  bool vector_out, vector_dq;                       // 16-byte accesses are safe for out, dq
+  bool vector_out, vector_dq, vector_dk, vector_dv;  // 16-byte accesses are safe for these outputs
 };
 
 }  // namespace tileattn::cuda::bwd

@@ -154,7 +154,21 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
   clear(acc_dk);
   clear(acc_dv);
 
+  // LSE (in log2 units) and D of the rows of query block m this thread holds; rows past the
+  // sequence get LSE = +inf, so their P is 0.
+  float next_lse_log2[kRows], next_delta[kRows];
+  auto load_row_stats = [&](int m) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row = m * kBlockM + get<0>(score_coords(r, 0));
+      const bool valid = row < seq.seqlen_q;
+      next_lse_log2[r] = valid ? f.softmax_lse[lse_offset(f, seq, row, h)] * kLog2e : INFINITY;
+      next_delta[r] = valid ? a.delta[h * a.q_rows + packed_q_row(f, seq, row)] : 0.f;
+    }
+  };
+
   if (m_block >= 0) {
+    load_row_stats(m_block);
     const int keys = seq.seqlen_k - n0;
     copy_tile_predicated<true>(gmem_copy, gmem_thr.partition_S(gK), gmem_thr.partition_D(sK), tKcK, tKpCol, keys);
     copy_tile_predicated<true>(gmem_copy, gmem_thr.partition_S(gV), gmem_thr.partition_D(sV), tKcK, tKpCol, keys);
@@ -166,15 +180,15 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
     const int m0 = m_block * kBlockM;
     const int m_next = next_visited(m_block - 1);
     const KeyBlockRange range = key_range(m_block);
-    // Row statistics, in flight during the two products below.
+    // This block's row statistics were loaded during the previous block; the next block's load
+    // now and land during this block's products.
     float lse_log2[kRows], delta[kRows];
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const int row = m0 + get<0>(score_coords(r, 0));
-      const bool valid = row < seq.seqlen_q;
-      lse_log2[r] = valid ? f.softmax_lse[lse_offset(f, seq, row, h)] * kLog2e : INFINITY;
-      delta[r] = valid ? a.delta[h * a.q_rows + packed_q_row(f, seq, row)] : 0.f;
+      lse_log2[r] = next_lse_log2[r];
+      delta[r] = next_delta[r];
     }
+    if (m_next >= 0) load_row_stats(m_next);
 
     cp_async_wait<0>();
     // wgmma reads shared memory through the async proxy: cp.async's writes must be fenced first.
@@ -209,39 +223,72 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
     // dV += (Z o P)^T dO,  dK += dS^T Q,  dQ_i += dS K (unscaled; the finish kernel applies the
     // softmax scale)
     Tensor acc_dq = products.acc_dq();
-    products.key_and_query_grads(acc_dv, acc_dk, acc_dq, stage);
-    Tensor gdQ = make_tensor(make_gmem_ptr(a.dq_accum + (h * a.q_rows + packed_q_row(f, seq, m0)) * kHeadDim),
-                             Layout<Shape<Int<kBlockM>, Int<kHeadDim>>, Stride<Int<kHeadDim>, _1>>{});
-    Tensor tdQgdQ = products.partition_dq(gdQ);
-    const int valid_rows = seq.seqlen_q - m0;
-    if (a.dq_turns != nullptr) {
-      int* counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m_block;
-      wait_for_turn(counter, n_block - range.n_block_min);
-      add_dq(acc_dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
-      pass_turn(counter);
-    } else {
-      add_dq(acc_dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
-    }
+    products.key_and_query_grads(acc_dv, acc_dk, acc_dq, stage, [&](auto const& dq) __attribute__((always_inline)) {
+      Tensor gdQ = make_tensor(make_gmem_ptr(a.dq_accum + (h * a.q_rows + packed_q_row(f, seq, m0)) * kHeadDim),
+                               Layout<Shape<Int<kBlockM>, Int<kHeadDim>>, Stride<Int<kHeadDim>, _1>>{});
+      Tensor tdQgdQ = products.partition_dq(gdQ);
+      const int valid_rows = seq.seqlen_q - m0;
+      if (a.dq_turns != nullptr) {
+        int* counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m_block;
+        wait_for_turn(counter, n_block - range.n_block_min);
+        add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
+        pass_turn(counter);
+      } else {
+        add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
+      }
+    });
     m_block = m_next;
   }
 
   // dK = scale * sum dS^T Q, dV as accumulated; keys in [seqlen_k, stored) hold zeros.
-  Tensor tdKVc = products.partition_dkv(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   const int rows_out = min(kBlockN, stored - n0);
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= f.softmax_scale;
+  if (group == 1 && a.vector_dk && a.vector_dv) {
+    // Staged in K and V's shared-memory tiles, so every store is a whole 16-byte vector (scalar
+    // stores with per-element addressing cost ~1 us a CTA: half the time of a 512-key walk).
+    Tensor rdK = convert_fragment<Element>(acc_dk);
+    Tensor rdV = convert_fragment<Element>(acc_dv);
+    __syncthreads();  // every warp is done reading K and V
+    products.store_dkv(rdK, Traits::kOffsetK);
+    products.store_dkv(rdV, Traits::kOffsetV);
+    __syncthreads();
+    auto store_tile = [&](auto const& src, void* out, int64_t batch_stride, int64_t row_stride,
+                          int64_t head_stride) {
+      Tensor g = make_tensor(make_gmem_ptr(static_cast<Element*>(out) +
+                                           k_offset(seq, batch_stride, row_stride, head_stride, n0, h)),
+                             make_layout(Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_stride(row_stride, _1{})));
+      typename Traits::GmemTiledCopyStore store;
+      auto thr = store.get_thread_slice(tid);
+      Tensor tS = thr.partition_S(src);
+      Tensor tD = thr.partition_D(g);
+      CUTE_UNROLL
+      for (int m = 0; m < size<1>(tS); ++m) {
+        if (get<0>(tKcK(0, m, 0)) >= rows_out) continue;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tS); ++k) {
+          if (tKpCol(k)) copy(store, tS(_, m, k), tD(_, m, k));
+        }
+      }
+    };
+    store_tile(sK, a.p.dk, a.p.dk_batch_stride, a.p.dk_row_stride, a.p.dk_head_stride);
+    store_tile(sV, a.p.dv, a.p.dv_batch_stride, a.p.dv_row_stride, a.p.dv_head_stride);
+    return;
+  }
+  Tensor tdKVc = products.partition_dkv(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   CUTE_UNROLL
   for (int i = 0; i < size(acc_dk); ++i) {
     const int r = get<0>(tdKVc(i)), c = get<1>(tdKVc(i));
     if (r >= rows_out || c >= head_dim) continue;
-    const float dk = acc_dk(i) * f.softmax_scale, dv = acc_dv(i);
     if (group == 1) {
       static_cast<Element*>(a.p.dk)[k_offset(seq, a.p.dk_batch_stride, a.p.dk_row_stride, a.p.dk_head_stride,
-                                             n0 + r, h) + c] = Element(dk);
+                                             n0 + r, h) + c] = Element(acc_dk(i));
       static_cast<Element*>(a.p.dv)[k_offset(seq, a.p.dv_batch_stride, a.p.dv_row_stride, a.p.dv_head_stride,
-                                             n0 + r, h) + c] = Element(dv);
+                                             n0 + r, h) + c] = Element(acc_dv(i));
     } else {
       const int64_t index = (h * a.k_rows + packed_k_row(f, seq, n0 + r)) * head_dim + c;
-      a.dk_expanded[index] = dk;
-      a.dv_expanded[index] = dv;
+      a.dk_expanded[index] = acc_dk(i);
+      a.dv_expanded[index] = acc_dv(i);
     }
   }
 }

@@ -112,6 +112,10 @@ struct Fa2BwdTraits {
   using GmemTiledCopy = decltype(cute::make_tiled_copy(
       cute::Copy_Atom<cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{}, GmemLayoutAtom{},
       cute::Layout<cute::Shape<cute::_1, cute::Int<kGmemElemsPerLoad>>>{}));
+  // smem -> global for the dK / dV epilogue: the same thread layout, plain 16-byte stores.
+  using GmemTiledCopyStore = decltype(cute::make_tiled_copy(
+      cute::Copy_Atom<cute::UniversalCopy<cute::uint128_t>, Element>{}, GmemLayoutAtom{},
+      cute::Layout<cute::Shape<cute::_1, cute::Int<kGmemElemsPerLoad>>>{}));
 };
 
 }  // namespace tileattn::cuda::bwd

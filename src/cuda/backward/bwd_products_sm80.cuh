@@ -84,6 +84,14 @@ struct Sm80Products {
               copy_b.get_thread_slice(tid).partition_S(sV), copy_a, copy_b);
   }
 
+  // A (kBlockN, d) tile of 16-bit dK or dV -> shared memory at `offset` (the epilogue's staging).
+  template <typename Frag>
+  __device__ void store_dkv(Frag const& r, int offset) {
+    auto copy = cute::make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, mma_dkv);
+    auto thr = copy.get_thread_slice(tid);
+    cute::copy(copy, thr.retile_S(r), thr.partition_D(tile(offset, typename Traits::SmemLayoutKV{})));
+  }
+
   // P and dS (16-bit register copies of S and dP's accumulators) -> shared memory.
   template <typename Frag>
   __device__ void store_p_ds(Frag const& rP, Frag const& rdS) {
@@ -93,9 +101,9 @@ struct Sm80Products {
     cute::copy(copy_pds, thr.retile_S(rdS), thr.partition_D(tile(Traits::kOffsetdS, typename Traits::SmemLayoutPdS{})));
   }
 
-  // dV += P^T dO, dK += dS^T Q (accumulating), and dQ = dS K (overwritten).
-  template <typename AccKV, typename AccQ>
-  __device__ void key_and_query_grads(AccKV& acc_dv, AccKV& acc_dk, AccQ& acc_dq, int stage) {
+  // dV += P^T dO, dK += dS^T Q (accumulating), and dQ = dS K (overwritten), then use_dq(acc_dq).
+  template <typename AccKV, typename AccQ, typename UseDq>
+  __device__ void key_and_query_grads(AccKV& acc_dv, AccKV& acc_dk, AccQ& acc_dq, int stage, UseDq&& use_dq) {
     using namespace cute;
     auto copy_a_dkv = make_tiled_copy_A(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
     auto copy_b_dkv = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
@@ -120,6 +128,7 @@ struct Sm80Products {
     gemm_smem(mma_dq, acc_dq, rdS, rKt, copy_a_dq.get_thread_slice(tid).partition_S(sdS),
               copy_b_dq.get_thread_slice(tid).partition_S(tile(Traits::kOffsetK, typename Traits::SmemLayoutKt{})),
               copy_a_dq, copy_b_dq);
+    use_dq(acc_dq);
   }
 };
 

@@ -127,6 +127,8 @@ void cuda_backward(const BackwardParams& p) {
                                   f.head_dim, varlen);
   args.vector_out = vectorizable(f.out, f.out_batch_stride, f.out_row_stride, f.out_head_stride, f.head_dim, varlen);
   args.vector_dq = vectorizable(p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, f.head_dim, varlen);
+  args.vector_dk = vectorizable(p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, f.head_dim, varlen);
+  args.vector_dv = vectorizable(p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, f.head_dim, varlen);
   const bool fa2 = args.vector_q && args.vector_k && args.vector_v && args.vector_dout &&
                    bwd::fa2_bwd_smem_bytes(bwd::head_dim_bucket(f.head_dim)) <= device_smem_optin();
   // The wgmma products read the same tiles as the FA2 kernel: same conditions, plus the GPU.

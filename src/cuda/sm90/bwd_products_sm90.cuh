@@ -83,6 +83,14 @@ struct Sm90Products {
     warpgroup_fence_operand(acc_dp);
   }
 
+  // A (kBlockN, d) tile of 16-bit dK or dV -> shared memory at `offset` (the epilogue's staging).
+  template <typename Frag>
+  __device__ void store_dkv(Frag const& r, int offset) {
+    auto copy = cute::make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, mma_dkv);
+    auto thr = copy.get_thread_slice(tid);
+    cute::copy(copy, thr.retile_S(r), thr.partition_D(tile(offset, typename Traits::SmemLayoutKV{})));
+  }
+
   // P and dS -> shared memory as column pairs (the kernel then fences and syncs the CTA).
   template <typename Frag>
   __device__ void store_p_ds(Frag const& rP, Frag const& rdS) {
@@ -92,9 +100,10 @@ struct Sm90Products {
     cute::copy(copy_pds, thr.retile_S(rdS), thr.partition_D(tile(Traits::kOffsetdS, typename Traits::SmemLayoutPdS{})));
   }
 
-  // dV += P^T dO, dK += dS^T Q, dQ = dS K: three wgmma groups in flight together.
-  template <typename AccKV, typename AccQ>
-  __device__ void key_and_query_grads(AccKV& acc_dv, AccKV& acc_dk, AccQ& acc_dq, int stage) {
+  // dQ = dS K, dV += P^T dO, dK += dS^T Q: three wgmma groups, dQ's first, so use_dq(acc_dq)
+  // (the dQ atomics, bound by the load/store unit) runs while the tensor cores do dV and dK.
+  template <typename AccKV, typename AccQ, typename UseDq>
+  __device__ void key_and_query_grads(AccKV& acc_dv, AccKV& acc_dk, AccQ& acc_dq, int stage, UseDq&& use_dq) {
     using namespace cute;
     auto thr_dkv = mma_dkv.get_thread_slice(tid);
     auto thr_dq = mma_dq.get_thread_slice(tid);
@@ -105,13 +114,15 @@ struct Sm90Products {
     Tensor rQt = thr_dkv.partition_fragment_B(tile(Traits::kOffsetQ + q_stage, typename Traits::GmmaQt{}));
     Tensor rdS = thr_dq.partition_fragment_A(tile(Traits::kOffsetdS, typename Traits::GmmaPdS{}));
     Tensor rKt = thr_dq.partition_fragment_B(tile(Traits::kOffsetK, typename Traits::GmmaKt{}));
+    wgmma_issue<true>(mma_dq, rdS, rKt, acc_dq);
     wgmma_issue<false>(mma_dkv, rPt, rdOt, acc_dv);
     wgmma_issue<false>(mma_dkv, rdSt, rQt, acc_dk);
-    wgmma_issue<true>(mma_dq, rdS, rKt, acc_dq);
+    warpgroup_wait<2>();
+    warpgroup_fence_operand(acc_dq);
+    use_dq(acc_dq);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_dv);
     warpgroup_fence_operand(acc_dk);
-    warpgroup_fence_operand(acc_dq);
   }
 };
 
