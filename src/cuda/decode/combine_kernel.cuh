@@ -38,6 +38,11 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs args
   const int i = static_cast<int>(row % f.seqlen_q), h = static_cast<int>(row / f.seqlen_q % f.num_heads);
   const int b = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.num_heads));
   const int splits = args.num_splits, s = threadIdx.x;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched programmatically (decode_launch.cuh): wait for the split kernel's partials.  A no-op
+  // when the launch was an ordinary one.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 
   const float mine = s < splits ? args.lse_partial[s * split_rows + row] : -CUDART_INF_F;
   const bool poisoned = __syncthreads_or(isnan(mine));

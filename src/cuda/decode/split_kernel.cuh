@@ -78,6 +78,11 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int Sq = f.seqlen_q, D = f.head_dim;
   const int rows_here = min(kRows, args.rows - row0);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Lets the combine kernel launch once every CTA of this grid has started (it then waits for
+  // this grid to finish before reading anything; decode_launch.cuh).
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const SequenceKeys seq = sequence_keys(p, b);
   // Local row r is query head kv_head * group + (row0 + r) / Sq, query row (row0 + r) % Sq.
   auto head_of = [&](int r) { return kv_head * args.group + (row0 + r) / Sq; };
