@@ -38,8 +38,10 @@ constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
   // d128: 32 KB Q + 2 x 2 x 32 KB = 160 KB; 64 S + 64 O floats.  A 176-key block (FlashAttention-3's
   // non-causal choice, 208 KB) measured slower here: 484 against 624 TFLOP/s at 8k (perf log).
   if (head_dim <= 128) return {128, 2};
-  // d256: 64 KB Q + 2 x 2 x 40 KB = 224 KB; 128 O floats leave room for 40 score floats.
-  return {80, 2};
+  // d256: 64 KB Q + 2 x 2 x 32 KB = 192 KB; 128 O floats next to 32 score floats.  An 80-key block
+  // (224 KB, 40 score floats: FlashAttention-3's choice) measured 26-35% slower on the H200
+  // (8k: 494-506 against 638-682 TFLOP/s, causal 492-501 against 648-664; perf log).
+  return {64, 2};
 }
 
 // A separate shared-memory buffer for O (192 KB at d128) lets the next tile's Q load as soon as
