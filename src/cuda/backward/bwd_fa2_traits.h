@@ -64,8 +64,10 @@ struct Fa2BwdTraits {
       cute::Layout<cute::Shape<cute::_8, cute::_64>, cute::Stride<cute::_64, cute::_1>>{}));
   static_assert(kHeadDim % 64 == 0 && kBlockN % 64 == 0, "64-element swizzle rows");
 
+  template <typename Atom, int kRows, int kCols>
+  using TileOf = decltype(cute::tile_to_shape(Atom{}, cute::Shape<cute::Int<kRows>, cute::Int<kCols>>{}));
   template <int kRows, int kCols>
-  using SmemTile = decltype(cute::tile_to_shape(SmemLayoutAtom{}, cute::Shape<cute::Int<kRows>, cute::Int<kCols>>{}));
+  using SmemTile = TileOf<SmemLayoutAtom, kRows, kCols>;
   // The transpose of a (rows, cols) tile: the same bytes seen as (cols, rows), read with
   // ldmatrix.trans when it is the operand whose contiguous mode is not the MMA's k.
   template <typename Tile, int kRows, int kCols>

@@ -8,59 +8,29 @@
 
 #include "cuda/backward/bwd_fa2_gemm.cuh"
 #include "cuda/backward/bwd_fa2_traits.h"
+#include "cuda/backward/bwd_products_common.cuh"
 #include "cuda/cute_utils.h"
 
 namespace tileattn::cuda::bwd {
 
 template <typename Traits_>
-struct Sm80Products {
-  using Traits = Traits_;
-  using Element = typename Traits::Element;
-  static constexpr int kBlockM = Traits::kBlockM;
-  static constexpr int kBlockN = Traits::kBlockN;
-  static constexpr int kHeadDim = Traits::kHeadDim;
-  // mma.sync reads its operands through registers: no async-proxy fence is needed after writes
-  // to shared memory.
+struct Sm80Products : BwdProductsBase<Traits_> {
+  using Base = BwdProductsBase<Traits_>;
+  using typename Base::Element;
+  using typename Base::Traits;
+  using Base::mma_dkv;
+  using Base::mma_dq;
+  using Base::mma_sdp;
+  using Base::tid;
+  using Base::tile;
+  // mma.sync reads its operands through registers: no async-proxy fence after smem writes.
   static constexpr bool kAsyncProxyOperands = false;
 
-  char* smem;
-  int tid;
-  typename Traits::TiledMmaSdP mma_sdp;
-  typename Traits::TiledMmadKV mma_dkv;
-  typename Traits::TiledMmadQ mma_dq;
+  __device__ Sm80Products(char* smem, int tid) : Base(smem, tid) {}
 
-  __device__ Sm80Products(char* smem_, int tid_) : smem(smem_), tid(tid_) {}
-
-  template <typename Layout>
-  __device__ auto tile(int offset, Layout layout) const {
-    return cute::make_tensor(cute::make_smem_ptr(reinterpret_cast<Element*>(smem + offset)), layout);
-  }
-
-  // Accumulators (zeroed where a product overwrites them) and the (row, col) of their values.
-  __device__ auto acc_sdp() const {
-    return cute::partition_fragment_C(mma_sdp, cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{});
-  }
-  __device__ auto acc_dkv() const {
-    return cute::partition_fragment_C(mma_dkv, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{});
-  }
-  __device__ auto acc_dq() const {
-    return cute::partition_fragment_C(mma_dq, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{});
-  }
   template <typename Layout>
   __device__ static auto rowcol(Layout acc) {
     return acc_rowcol_layout(acc);
-  }
-  template <typename Tensor>
-  __device__ auto partition_sdp(Tensor const& t) const {
-    return mma_sdp.get_thread_slice(tid).partition_C(t);
-  }
-  template <typename Tensor>
-  __device__ auto partition_dkv(Tensor const& t) const {
-    return mma_dkv.get_thread_slice(tid).partition_C(t);
-  }
-  template <typename Tensor>
-  __device__ auto partition_dq(Tensor const& t) const {
-    return mma_dq.get_thread_slice(tid).partition_C(t);
   }
 
   // S = Q K^T and dP = dO V^T for the query block in `stage`.
@@ -82,23 +52,6 @@ struct Sm80Products {
               copy_b.get_thread_slice(tid).partition_S(sK), copy_a, copy_b);
     gemm_smem(mma_sdp, acc_dp, rA, rB, copy_a.get_thread_slice(tid).partition_S(sdO),
               copy_b.get_thread_slice(tid).partition_S(sV), copy_a, copy_b);
-  }
-
-  // A (kBlockN, d) tile of 16-bit dK or dV -> shared memory at `offset` (the epilogue's staging).
-  template <typename Frag>
-  __device__ void store_dkv(Frag const& r, int offset) {
-    auto copy = cute::make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, mma_dkv);
-    auto thr = copy.get_thread_slice(tid);
-    cute::copy(copy, thr.retile_S(r), thr.partition_D(tile(offset, typename Traits::SmemLayoutKV{})));
-  }
-
-  // P and dS (16-bit register copies of S and dP's accumulators) -> shared memory.
-  template <typename Frag>
-  __device__ void store_p_ds(Frag const& rP, Frag const& rdS) {
-    auto copy_pds = cute::make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, mma_sdp);
-    auto thr = copy_pds.get_thread_slice(tid);
-    cute::copy(copy_pds, thr.retile_S(rP), thr.partition_D(tile(Traits::kOffsetP, typename Traits::SmemLayoutPdS{})));
-    cute::copy(copy_pds, thr.retile_S(rdS), thr.partition_D(tile(Traits::kOffsetdS, typename Traits::SmemLayoutPdS{})));
   }
 
   // dV += P^T dO, dK += dS^T Q (accumulating), and dQ = dS K (overwritten), then use_dq(acc_dq).

@@ -11,6 +11,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/backward/bwd_fa2_traits.h"
+#include "cuda/backward/bwd_products_common.cuh"
 #include "cuda/cute_utils.h"
 #include "cuda/sm90/bwd_traits_sm90.h"
 #include "cuda/sm90/softmax_sm90.h"  // gmma_acc_rowcol_layout
@@ -19,51 +20,22 @@
 namespace tileattn::cuda::sm90 {
 
 template <typename Traits_>
-struct Sm90Products {
-  using Traits = Traits_;
-  using Element = typename Traits::Element;
-  static constexpr int kBlockM = Traits::kBlockM;
-  static constexpr int kBlockN = Traits::kBlockN;
-  static constexpr int kHeadDim = Traits::kHeadDim;
+struct Sm90Products : bwd::BwdProductsBase<Traits_> {
+  using Base = bwd::BwdProductsBase<Traits_>;
+  using typename Base::Element;
+  using typename Base::Traits;
+  using Base::mma_dkv;
+  using Base::mma_dq;
+  using Base::mma_sdp;
+  using Base::tid;
+  using Base::tile;
   static constexpr bool kAsyncProxyOperands = true;
 
-  char* smem;
-  int tid;
-  typename Traits::TiledMmaSdP mma_sdp;
-  typename Traits::TiledMmadKV mma_dkv;
-  typename Traits::TiledMmadQ mma_dq;
+  __device__ Sm90Products(char* smem, int tid) : Base(smem, tid) {}
 
-  __device__ Sm90Products(char* smem_, int tid_) : smem(smem_), tid(tid_) {}
-
-  template <typename Layout>
-  __device__ auto tile(int offset, Layout layout) const {
-    return cute::make_tensor(cute::make_smem_ptr(reinterpret_cast<Element*>(smem + offset)), layout);
-  }
-
-  __device__ auto acc_sdp() const {
-    return cute::partition_fragment_C(mma_sdp, cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{});
-  }
-  __device__ auto acc_dkv() const {
-    return cute::partition_fragment_C(mma_dkv, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{});
-  }
-  __device__ auto acc_dq() const {
-    return cute::partition_fragment_C(mma_dq, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{});
-  }
   template <typename Layout>
   __device__ static auto rowcol(Layout acc) {
     return gmma_acc_rowcol_layout(acc);
-  }
-  template <typename Tensor>
-  __device__ auto partition_sdp(Tensor const& t) const {
-    return mma_sdp.get_thread_slice(tid).partition_C(t);
-  }
-  template <typename Tensor>
-  __device__ auto partition_dkv(Tensor const& t) const {
-    return mma_dkv.get_thread_slice(tid).partition_C(t);
-  }
-  template <typename Tensor>
-  __device__ auto partition_dq(Tensor const& t) const {
-    return mma_dq.get_thread_slice(tid).partition_C(t);
   }
 
   // S = Q K^T and dP = dO V^T, two wgmma groups in flight together.
@@ -81,23 +53,6 @@ struct Sm90Products {
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_s);
     warpgroup_fence_operand(acc_dp);
-  }
-
-  // A (kBlockN, d) tile of 16-bit dK or dV -> shared memory at `offset` (the epilogue's staging).
-  template <typename Frag>
-  __device__ void store_dkv(Frag const& r, int offset) {
-    auto copy = cute::make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, mma_dkv);
-    auto thr = copy.get_thread_slice(tid);
-    cute::copy(copy, thr.retile_S(r), thr.partition_D(tile(offset, typename Traits::SmemLayoutKV{})));
-  }
-
-  // P and dS -> shared memory as column pairs (the kernel then fences and syncs the CTA).
-  template <typename Frag>
-  __device__ void store_p_ds(Frag const& rP, Frag const& rdS) {
-    auto copy_pds = cute::make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, mma_sdp);
-    auto thr = copy_pds.get_thread_slice(tid);
-    cute::copy(copy_pds, thr.retile_S(rP), thr.partition_D(tile(Traits::kOffsetP, typename Traits::SmemLayoutPdS{})));
-    cute::copy(copy_pds, thr.retile_S(rdS), thr.partition_D(tile(Traits::kOffsetdS, typename Traits::SmemLayoutPdS{})));
   }
 
   // dQ = dS K, dV += P^T dO, dK += dS^T Q: three wgmma groups, dQ's first, so use_dq(acc_dq)

@@ -49,17 +49,12 @@ struct BwdSm90Traits : bwd::Fa2BwdTraits<kHeadDim_, Element_> {
   // The GMMA views of Fa2BwdTraits' tiles: the same bytes (its Swizzle<3,3,3> on 64-element rows
   // is the 128-byte swizzle), in the pointer-swizzled form wgmma descriptors are built from.
   using Atom = cute::GMMA::Layout_K_SW128_Atom<Element>;
-  template <int kRows, int kCols>
-  using Tile = decltype(cute::tile_to_shape(Atom{}, cute::Shape<cute::Int<kRows>, cute::Int<kCols>>{}));
-  template <typename T, int kRows, int kCols>
-  using Transposed = decltype(cute::composition(
-      T{}, cute::make_layout(cute::Shape<cute::Int<kCols>, cute::Int<kRows>>{}, cute::GenRowMajor{})));
-  using GmmaQ = Tile<kBlockM, kHeadDim>;  // Q and dO
-  using GmmaKV = Tile<kBlockN, kHeadDim>;
-  using GmmaPdS = Tile<kBlockM, kBlockN>;
-  using GmmaQt = Transposed<GmmaQ, kBlockM, kHeadDim>;     // (d, kBlockM)
-  using GmmaKt = Transposed<GmmaKV, kBlockN, kHeadDim>;    // (d, kBlockN)
-  using GmmaPdSt = Transposed<GmmaPdS, kBlockM, kBlockN>;  // (kBlockN, kBlockM)
+  using GmmaQ = typename Base::template TileOf<Atom, kBlockM, kHeadDim>;  // Q and dO
+  using GmmaKV = typename Base::template TileOf<Atom, kBlockN, kHeadDim>;
+  using GmmaPdS = typename Base::template TileOf<Atom, kBlockM, kBlockN>;
+  using GmmaQt = typename Base::template Transposed<GmmaQ, kBlockM, kHeadDim>;     // (d, kBlockM)
+  using GmmaKt = typename Base::template Transposed<GmmaKV, kBlockN, kHeadDim>;    // (d, kBlockN)
+  using GmmaPdSt = typename Base::template Transposed<GmmaPdS, kBlockM, kBlockN>;  // (kBlockN, kBlockM)
 };
 
 }  // namespace tileattn::cuda::sm90
