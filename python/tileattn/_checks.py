@@ -85,12 +85,15 @@ class Checker:
         nq, nk, nv = names
         head_dim = q.shape[-1]
         batch_form = seq_dim == 1
-        # Under SDPA's reading dims 1 and 2 swap roles (heads first); the hint is added to a
-        # failure only when that reading fits the shapes.
-        fits_sdpa = (batch_form and k.shape == v.shape and q.shape[0] == k.shape[0]
-                     and q.shape[-1] == k.shape[-1] and k.shape[1] > 0
-                     and q.shape[1] % k.shape[1] == 0)
-        hint = _SDPA_HINT if fits_sdpa else ""
+
+        def hint():
+            # Under SDPA's reading dims 1 and 2 swap roles (heads first); the hint is added to a
+            # failure only when that reading fits the shapes.
+            fits_sdpa = (batch_form and k.shape == v.shape and q.shape[0] == k.shape[0]
+                         and q.shape[-1] == k.shape[-1] and k.shape[1] > 0
+                         and q.shape[1] % k.shape[1] == 0)
+            return _SDPA_HINT if fits_sdpa else ""
+
         if batch_form and k.shape[0] != q.shape[0]:
             self.fail(InvalidArgumentError, nk,
                       f"batch size {k.shape[0]} differs from {nq}'s {q.shape[0]}")
@@ -101,13 +104,12 @@ class Checker:
                           f"(shapes {tuple(q.shape)} and {tuple(x.shape)})")
         if v.shape != k.shape:
             self.fail(InvalidArgumentError, nv,
-                      f"shape {tuple(v.shape)} differs from {nk}'s {tuple(k.shape)}" + hint)
+                      f"shape {tuple(v.shape)} differs from {nk}'s {tuple(k.shape)}" + hint())
         num_heads, num_heads_k = q.shape[-2], k.shape[-2]
         if num_heads_k == 0 or num_heads % num_heads_k != 0:
             self.fail(InvalidArgumentError, nk,
                       f"{num_heads_k} heads must divide {nq}'s {num_heads} "
-                      f"heads (shapes {tuple(q.shape)} and {tuple(k.shape)})" + hint)
-        return fits_sdpa
+                      f"heads (shapes {tuple(q.shape)} and {tuple(k.shape)})" + hint())
 
     def alibi(self, alibi_slopes, batch, num_heads, device, sdpa_heads=None):
         if alibi_slopes is None:

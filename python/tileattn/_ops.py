@@ -49,6 +49,18 @@ def _rows(t):
     return stride[:3] if len(stride) == 4 else (0, stride[0], stride[1])
 
 
+# torch.cuda.current_stream(device).cuda_stream builds a Stream object: 6.4 us a call on the H200
+# host against 0.2 us for the raw handle that Inductor's generated code reads the same way.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(device):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 def _backend(device):
     """(device enum, stream handle, CPU threads) for tensors on `device`, or a clear error."""
     if device.type == "cpu":
@@ -59,7 +71,7 @@ def _backend(device):
                 f"tileattn: q is on {device} but {_ffi.library().path} was built without the CUDA "
                 "backend; rebuild with CUDA (pip install . -C cmake.define.TILEATTN_CUDA=ON, or "
                 "TILEATTN_CUDA=ON pip install .)", "q")
-        return _ffi.DEVICE_CUDA, torch.cuda.current_stream(device).cuda_stream, 0
+        return _ffi.DEVICE_CUDA, _current_stream(device), 0
     raise _ffi.BackendError(
         f"tileattn: q is on device '{device}', which tileattn has no backend for; "
         "use CPU or CUDA tensors", "q")
@@ -171,6 +183,25 @@ def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, softmax_scale: 
         return_probs: bool, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state).  `deterministic`
     only matters to the backward that autograd runs later."""
+    out, lse, probs, seed, offset = _fwd_run(q, k, v, dropout_p, softmax_scale, window_left,
+                                             window_right, softcap, alibi_slopes, return_probs)
+    if probs is None:
+        probs = _empty_probs(q.device)
+    return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
+
+
+def _fwd_direct(q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap,
+                alibi_slopes, return_probs, deterministic):
+    """_fwd_impl for a call autograd does not record: no placeholder probs, no rng_state tensor
+    (two allocations, ~10 us a call on the H200 host)."""
+    out, lse, probs, _, _ = _fwd_run(q, k, v, dropout_p, softmax_scale, window_left, window_right,
+                                     softcap, alibi_slopes, return_probs)
+    return out, lse, probs, None
+
+
+def _fwd_run(q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+             return_probs):
+    """The forward's launch: (out, lse, probs or None, philox seed, philox offset)."""
     q, k, v, alibi_slopes = (_last_dim_contiguous(x) for x in (q, k, v, alibi_slopes))
     batch, seqlen_q, num_heads, _ = q.shape
     seqlen_k = k.shape[1]
@@ -186,9 +217,7 @@ def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, softmax_scale: 
                   window_left=window_left, window_right=window_right, softcap=softcap,
                   alibi_slopes=alibi_slopes, seed=seed, offset=offset)
     _on_device(q.device, _ffi.library().forward, params)
-    if probs is None:
-        probs = _empty_probs(q.device)
-    return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
+    return out, lse, probs, seed, offset
 
 
 fwd = torch.library.custom_op("tileattn::fwd", mutates_args=())(_fwd_impl)
@@ -269,6 +298,28 @@ def _varlen_fwd_impl(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
                softcap: float, alibi_slopes: Optional[Tensor], return_probs: bool,
                deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state)."""
+    out, lse, probs, seed, offset = _varlen_fwd_run(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        softmax_scale, window_left, window_right, softcap, alibi_slopes, return_probs)
+    if probs is None:
+        probs = _empty_probs(q.device)
+    return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
+
+
+def _varlen_fwd_direct(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                       max_seqlen_k, dropout_p, softmax_scale, window_left, window_right, softcap,
+                       alibi_slopes, return_probs, deterministic):
+    """_varlen_fwd_impl for a call autograd does not record (see _fwd_direct)."""
+    out, lse, probs, _, _ = _varlen_fwd_run(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        softmax_scale, window_left, window_right, softcap, alibi_slopes, return_probs)
+    return out, lse, probs, None
+
+
+def _varlen_fwd_run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                    dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+                    return_probs):
+    """The varlen forward's launch: (out, lse, probs or None, philox seed, philox offset)."""
     q, k, v, alibi_slopes = (_last_dim_contiguous(x) for x in (q, k, v, alibi_slopes))
     batch = cu_seqlens_q.shape[0] - 1
     total_q, num_heads, _ = q.shape
@@ -285,9 +336,7 @@ def _varlen_fwd_impl(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
                   window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
                   seed=seed, offset=offset)
     _on_device(q.device, _ffi.library().forward, params)
-    if probs is None:
-        probs = _empty_probs(q.device)
-    return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
+    return out, lse, probs, seed, offset
 
 
 varlen_fwd = torch.library.custom_op("tileattn::varlen_fwd", mutates_args=())(_varlen_fwd_impl)
@@ -511,11 +560,11 @@ def _call(op, eager, impl, tensors, args):
 
 
 def call_fwd(q, k, v, *options):
-    return _call(torch.ops.tileattn.fwd, _EagerFwd, _fwd_impl, (q, k, v), (q, k, v, *options))
+    return _call(torch.ops.tileattn.fwd, _EagerFwd, _fwd_direct, (q, k, v), (q, k, v, *options))
 
 
 def call_varlen_fwd(q, k, v, *options):
-    return _call(torch.ops.tileattn.varlen_fwd, _EagerVarlenFwd, _varlen_fwd_impl, (q, k, v),
+    return _call(torch.ops.tileattn.varlen_fwd, _EagerVarlenFwd, _varlen_fwd_direct, (q, k, v),
                  (q, k, v, *options))
 
 

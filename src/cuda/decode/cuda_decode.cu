@@ -47,6 +47,7 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   if (static_cast<int64_t>(f.batch) * args.row_blocks > std::numeric_limits<int32_t>::max()) {
     throw Error(ErrorCode::kUnsupported, "q", "batch x ceil(H / Hk x seqlen_q / 16) must fit in 2^31 CUDA blocks");
   }
+  args.vector_q = vector_aligned(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
   args.vector_k = vector_aligned(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride);
   args.vector_v = vector_aligned(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride);
   const cudaStream_t stream = static_cast<cudaStream_t>(f.stream);

@@ -26,7 +26,7 @@ struct DecodeArgs {
   int rows;                   // group x seqlen_q: query rows that share one KV head
   int row_blocks;             // ceil(rows / kRows)
   int num_splits;
-  bool vector_k, vector_v;    // 16-byte loads are aligned for the caches
+  bool vector_q, vector_k, vector_v;  // 16-byte loads are aligned for q and the caches
   float* o_partial;           // (num_splits, B, H, Sq, D) float32 when num_splits > 1
   float* lse_partial;         // (num_splits, B, H, Sq), natural log, -inf for an empty split
 };

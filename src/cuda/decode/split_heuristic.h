@@ -15,12 +15,13 @@ namespace tileattn::cuda::decode {
 // one split run `resident` at a time, each streaming its keys at a rate set by its bytes in
 // flight, so the call takes about ceil(waves) CTA lifetimes.  Pick the fewest splits whose last
 // wave is at least 90% full (FA2's wave-efficiency rule; 1 x 8 heads at 32k keys: 45 splits, one
-// wave of 360 of the 396 slots), else the fullest, but keep >= 8 chunks of 16 keys (2 per warp)
-// in each split of the longest possible cache so a CTA's setup stays small next to its streaming.
+// wave of 360 of the 396 slots), else the fullest, but keep >= 4 chunks of 16 keys (one per
+// warp) in each split of the longest possible cache.  A split of one chunk a warp waits out one
+// memory latency instead of two: 1 x 2k gets 32 splits instead of 16.
 inline int choose_num_splits(int requested, int64_t ctas, int resident, int seqlen_k) {
   const int chunks = std::max(1, (seqlen_k + kChunk - 1) / kChunk);
   if (requested > 0) return std::min({requested, kMaxSplits, chunks});
-  const int useful = std::max(1, std::min(kMaxSplits, chunks / 8));
+  const int useful = std::max(1, std::min(kMaxSplits, chunks / kWarps));
   int best = 1;
   double best_efficiency = 0.0;
   for (int splits = 1; splits <= useful; ++splits) {

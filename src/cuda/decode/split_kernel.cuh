@@ -39,12 +39,15 @@ namespace tileattn::cuda::decode {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// The warps' O merge in two halves (warps 0 + 2 into o[0], 1 + 3 into o[1]): two CTA barriers
+// instead of one per warp, in a fixed order.  41 KB at D = 256, under the 48 KB of static shared
+// memory.
 template <int kD>
 struct SplitSmem {
   uint4 q_frag[kD / 16][32];    // Q as mma A fragments: [k16 step][lane]
-  float o[kRows][kD + 4];       // first the rotated Q rows in float, then the merged O
+  float o[2][kRows][kD + 4];    // o[0]: first the rotated Q rows in float; then the merged halves
   float m[kWarps][kRows], l[kWarps][kRows];
-  float row_max[kRows], row_sum[kRows];
+  float row_max[kRows], row_sum[kRows], row_scale[kRows];
 };
 
 // The visible cache positions [lo, hi] of query row i (of Sq), bottom-right aligned over the
@@ -88,18 +91,25 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
   auto head_of = [&](int r) { return kv_head * args.group + (row0 + r) / Sq; };
   auto qrow_of = [&](int r) { return (row0 + r) % Sq; };
 
-  // Q into shared memory as float (a fixed trip count, so all loads are in flight at once), then
-  // rotated pair by pair at cache_seqlens (+ i when causal or windowed).
+  // Q into shared memory as float, then rotated pair by pair at cache_seqlens (+ i when causal or
+  // windowed).  Eight elements a load, every load issued before the first is used: Nsight Compute
+  // on 1 x 2k showed the element-by-element version (each load behind its own branch) waiting
+  // out one memory latency per element, a quarter of the kernel's time.
+  constexpr int kQVectors = kRows * kD / 8 / kThreads;  // 2 at D = 128
+  uint4 q_vec[kQVectors];
 #pragma unroll
-  for (int k = 0; k < kRows * kD / kThreads; ++k) {
-    const int e = threadIdx.x + k * kThreads, r = e / kD, d = e % kD;
-    float x = 0.0f;
-    if (r < rows_here && d < D) {
-      const T* q = static_cast<const T*>(f.q) + b * f.q_batch_stride + qrow_of(r) * f.q_row_stride +
-                   head_of(r) * f.q_head_stride;
-      x = to_float(__ldg(q + d));
-    }
-    sm.o[r][d] = x;
+  for (int k = 0; k < kQVectors; ++k) {
+    const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
+    const T* q = static_cast<const T*>(f.q) + b * f.q_batch_stride;
+    if (r < rows_here) q += qrow_of(r) * f.q_row_stride + head_of(r) * f.q_head_stride;
+    q_vec[k] = load8(q, d0, D, args.vector_q, r < rows_here);
+  }
+#pragma unroll
+  for (int k = 0; k < kQVectors; ++k) {
+    const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
+    const T* x = reinterpret_cast<const T*>(&q_vec[k]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm.o[0][r][d0 + i] = to_float(x[i]);
   }
   __syncthreads();
   if (p.rotary_cos != nullptr && seq.ok) {
@@ -110,18 +120,17 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
       const int r = e / half, j = e % half;
       const int2 pair = rotary_pair(p, j);
       const float2 cs = rotary_cos_sin<T>(p, static_cast<int64_t>(seq.seqlen) + (per_row_position ? qrow_of(r) : 0), j);
-      const float xa = sm.o[r][pair.x], xb = sm.o[r][pair.y];
-      sm.o[r][pair.x] = xa * cs.x - xb * cs.y;
-      sm.o[r][pair.y] = xa * cs.y + xb * cs.x;
+      const float xa = sm.o[0][r][pair.x], xb = sm.o[0][r][pair.y];
+      sm.o[0][r][pair.x] = xa * cs.x - xb * cs.y;
+      sm.o[0][r][pair.y] = xa * cs.y + xb * cs.x;
     }
     __syncthreads();
   }
   for (int e = threadIdx.x; e < kD / 16 * 32; e += kThreads) {
     const int c = e / 32, fl = e % 32, fg = fl / 4, d = 32 * (c / 2) + 8 * (fl % 4) + 4 * (c % 2);
-    sm.q_frag[c][fl] = make_uint4(pack2<T>(sm.o[fg][d], sm.o[fg][d + 1]),
-                                  pack2<T>(sm.o[fg + 8][d], sm.o[fg + 8][d + 1]),
-                                  pack2<T>(sm.o[fg][d + 2], sm.o[fg][d + 3]),
-                                  pack2<T>(sm.o[fg + 8][d + 2], sm.o[fg + 8][d + 3]));
+    const auto& qf = sm.o[0];
+    sm.q_frag[c][fl] = make_uint4(pack2<T>(qf[fg][d], qf[fg][d + 1]), pack2<T>(qf[fg + 8][d], qf[fg + 8][d + 1]),
+                                  pack2<T>(qf[fg][d + 2], qf[fg][d + 3]), pack2<T>(qf[fg + 8][d + 2], qf[fg + 8][d + 3]));
   }
 
   // This thread's rows g and g + 8, and the keys [vis_lo, vis_hi] any row of the CTA sees.
@@ -302,38 +311,61 @@ __global__ void __launch_bounds__(kThreads, kD <= 128 ? 3 : 1) split_kernel(cons
       for (int w = 0; w < kWarps; ++w) {
         row_l += sm.m[w][r] == -CUDART_INF_F ? 0.0f : exp2f(sm.m[w][r] - row_m) * sm.l[w][r];
       }
-      sm.row_max[r] = row_m, sm.row_sum[r] = row_l;
+      sm.row_max[r] = row_m, sm.row_sum[r] = row_l, sm.row_scale[r] = row_l == 0.0f ? 0.0f : 1.0f / row_l;
     }
   }
-  for (int w = 0; w < kWarps; ++w) {  // one warp at a time, in order: the same bits every run
-    if (warp == w) {
+  // Warps 2 and 3 store their O into halves 0 and 1, then warps 0 and 1 add theirs: out is
+  // (O_0 + O_2) + (O_1 + O_3), the same bits at every batch size for a fixed num_splits.
+  static_assert(kWarps == 4, "two merge halves of two warps each");
+  auto merge = [&](bool add) {
 #pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
+    for (int j = 0; j < kD / 8; ++j) {
 #pragma unroll
-        for (int e = 0; e < kC; ++e) {
-          const int r = g + 8 * (e / 2), d = 64 * (j / 8) + 8 * (2 * t + (e & 1)) + j % 8;
-          const float x = o[j][e] * own_scale[e / 2];
-          sm.o[r][d] = w == 0 ? x : sm.o[r][d] + x;
-        }
+      for (int e = 0; e < kC; ++e) {
+        const int r = g + 8 * (e / 2), d = 64 * (j / 8) + 8 * (2 * t + (e & 1)) + j % 8;
+        const float x = o[j][e] * own_scale[e / 2];
+        float& slot = sm.o[warp % 2][r][d];
+        slot = add ? slot + x : x;
       }
     }
-    __syncthreads();
-  }
+  };
+  if (warp >= 2) merge(false);
+  __syncthreads();
+  if (warp < 2) merge(true);
+  __syncthreads();
 
   // out = O / l and lse = ln 2 (M + log2 l); a row that saw no key gets 0 and +inf (-inf for a
-  // split's partial, which the combine skips); an invalid sequence gets NaN.
+  // split's partial, which the combine skips); an invalid sequence gets NaN.  Four dims a thread,
+  // a float4 store into the partials when D % 4 == 0.
   const bool final_output = args.num_splits == 1;
   const int64_t split_rows = static_cast<int64_t>(f.batch) * f.num_heads * Sq;
-  for (int e = threadIdx.x; e < rows_here * D; e += kThreads) {
-    const int r = e / D, d = e % D, h = head_of(r), i = qrow_of(r);
-    const float sum = sm.row_sum[r];
-    const float x = !seq.ok ? CUDART_NAN_F : sum == 0.0f ? 0.0f : sm.o[r][d] / sum;
+  const int quads = (D + 3) / 4;
+  for (int e = threadIdx.x; e < rows_here * quads; e += kThreads) {
+    const int r = e / quads, d0 = e % quads * 4, h = head_of(r), i = qrow_of(r);
+    const float scale = sm.row_scale[r];
+    float x[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int d = d0 + c;  // < kD: kD is a multiple of 64
+      x[c] = !seq.ok ? CUDART_NAN_F : scale == 0.0f ? 0.0f : (sm.o[0][r][d] + sm.o[1][r][d]) * scale;
+    }
     if (final_output) {
       T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride;
-      out[d] = from_float<T>(x);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (d0 + c < D) out[d0 + c] = from_float<T>(x[c]);
+      }
     } else {
       const int64_t row = split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i;
-      args.o_partial[row * D + d] = x;
+      float* partial = args.o_partial + row * D + d0;
+      if (D % 4 == 0) {
+        *reinterpret_cast<float4*>(partial) = make_float4(x[0], x[1], x[2], x[3]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          if (d0 + c < D) partial[c] = x[c];
+        }
+      }
     }
   }
   if (threadIdx.x < rows_here) {
