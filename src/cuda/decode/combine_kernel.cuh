@@ -2,8 +2,10 @@
 //   lse = log sum_s exp(lse_s),   out = sum_s exp(lse_s - lse) out_s
 // (Flash-Decoding; a split that saw no key has lse_s = -inf and weight 0).  One CTA per output
 // row (b, h, i): thread s reads split s's LSE (kMaxSplits <= kThreads), thread d sums dim d over
-// the splits with the loads unrolled 8 deep, so a row costs ~splits / 8 dependent round trips
-// instead of one per split (the first version's per-split loop made 99 splits cost 190 us).
+// the splits, kSplitsPerTrip loads in flight at a time, so a row costs ceil(splits / 16) dependent
+// round trips (the first version's per-split loop made 99 splits cost 190 us; an `unroll 8`
+// pragma left the remainder of splits % 8 one load at a time).  The sum runs in split order
+// either way, so the bits do not depend on the batching.
 #pragma once
 
 #include <math_constants.h>
@@ -14,6 +16,7 @@
 namespace tileattn::cuda::decode {
 
 static_assert(kMaxSplits <= kThreads, "one thread per split's LSE");
+constexpr int kSplitsPerTrip = 16;
 
 __device__ __forceinline__ float block_reduce(float x, bool is_max, float* scratch) {
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -58,8 +61,15 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs args
   const int64_t split_stride = split_rows * f.head_dim;
   for (int d = threadIdx.x; d < f.head_dim; d += kThreads) {
     float x = 0.0f;
-#pragma unroll 8
-    for (int k = 0; k < splits; ++k) x += weights[k] * partial[k * split_stride + d];
+    for (int k0 = 0; k0 < splits; k0 += kSplitsPerTrip) {
+      float part[kSplitsPerTrip];
+#pragma unroll
+      for (int j = 0; j < kSplitsPerTrip; ++j) part[j] = k0 + j < splits ? partial[(k0 + j) * split_stride + d] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kSplitsPerTrip; ++j) {
+        if (k0 + j < splits) x += weights[k0 + j] * part[j];
+      }
+    }
     out[d] = from_float<T>(poisoned ? CUDART_NAN_F : x);
   }
   if (threadIdx.x == 0) f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse;
