@@ -4,7 +4,7 @@ tokens (B x S, 16 heads), no autograd:
 
   event-timed   one call between two CUDA events after a synchronize, as `python3 -m bench sweep`
                 times it: the host's work before the launch plus the kernels
-  kernels       the GPU time of the call's kernels (torch profiler)
+  kernels       the GPU time of the call's kernels (torch profiler), then the largest of them
   back-to-back  wall time per call over 50 calls issued without waiting
   host issue    wall time per call to issue 200 calls (the GPU queue absorbs them)
 
@@ -52,8 +52,13 @@ def measure(fn):
         for _ in range(20):
             fn()
         torch.cuda.synchronize()
-    kernels = sum(e.device_time_total for e in prof.key_averages()) / 20
-    return event, kernels, back_to_back, issue
+    averages = prof.key_averages()
+    kernels = sum(e.device_time_total for e in averages) / 20
+    # Each GPU op of the call and its time a call: a backend whose kernels add up to more than its
+    # event-timed call runs work outside the timed stream, or more kernels than it seems.
+    ops = sorted(((e.device_time_total / 20, e.count // 20, e.key) for e in averages if e.device_time_total > 0),
+                 reverse=True)
+    return event, kernels, back_to_back, issue, ops
 
 
 def main():
@@ -63,10 +68,12 @@ def main():
                        for _ in range(3))
             for name, fn in (("tileattn", lambda: tileattn.flash_attn_func(q, k, v)),
                              ("sdpa-cudnn", lambda: cudnn(q, k, v))):
-                event, kernels, back_to_back, issue = measure(fn)
+                event, kernels, back_to_back, issue, ops = measure(fn)
                 print(f"S={seqlen:5d} B={batch:2d} {name:10s} event-timed {event:7.1f} us  "
                       f"kernels {kernels:7.1f} us  back-to-back {back_to_back:7.1f} us  "
                       f"host issue {issue:6.1f} us")
+                for us, count, op in ops[:4]:
+                    print(f"      {us:8.1f} us  x{count}  {op[:90]}")
 
 
 if __name__ == "__main__":
