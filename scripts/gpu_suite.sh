@@ -44,8 +44,9 @@ if [[ $WHAT == all || $WHAT == bench ]]; then
   # The benchmark CLI (bench/__init__.py); one PNG (forward) keeps $OUT within the 8 files that
   # come back from the device.
   # The backward is measured atomic and deterministic (tileattn-deterministic); tileattn@sm80
-  # runs both directions on the sm80 family.
-  python3 -m bench sweep --shapes fa --direction fwd bwd \
+  # runs both directions on the sm80 family.  fwdbwd (the training step) costs no extra calls:
+  # the backward is already timed as forward + backward minus forward.
+  python3 -m bench sweep --shapes fa --direction fwd bwd fwdbwd \
     --backends tileattn tileattn@sm80 tileattn-deterministic sdpa-flash sdpa-cudnn \
     --plot fwd --out "$OUT/sweep.csv" 2>&1 | tee "$OUT/sweep.log" | tail -40
 fi
