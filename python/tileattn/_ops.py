@@ -99,6 +99,24 @@ def _philox_state(device, num_streams):
     return int(torch.empty((), dtype=torch.int64).random_()), 0
 
 
+def _op_outputs(device, dropout_p, out, lse, probs, seed, offset):
+    """A forward op's four outputs from its launch's: an empty placeholder when probs were not
+    asked for, and the Philox state as a tensor for the backward."""
+    if probs is None:
+        probs = _empty_probs(device)
+    return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
+
+
+def _direct(run):
+    """A forward op's implementation for a call autograd does not record: `run` (the launch) on the
+    op's arguments without the last, `deterministic`, which only the backward reads; no placeholder
+    probs and no rng_state tensor (two allocations, ~10 us a call on the H200 host)."""
+    def call(*args):
+        out, lse, probs, _, _ = run(*args[:-1])
+        return out, lse, probs, None
+    return call
+
+
 def _rng_state_tensor(dropout_p, seed, offset):
     """(seed, offset) as int64 (the uint64 seed in two's complement), on the CPU so reading it in
     the backward never syncs.  Without dropout the backward ignores it."""
@@ -183,20 +201,9 @@ def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, softmax_scale: 
         return_probs: bool, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state).  `deterministic`
     only matters to the backward that autograd runs later."""
-    out, lse, probs, seed, offset = _fwd_run(q, k, v, dropout_p, softmax_scale, window_left,
-                                             window_right, softcap, alibi_slopes, return_probs)
-    if probs is None:
-        probs = _empty_probs(q.device)
-    return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
-
-
-def _fwd_direct(q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap,
-                alibi_slopes, return_probs, deterministic):
-    """_fwd_impl for a call autograd does not record: no placeholder probs, no rng_state tensor
-    (two allocations, ~10 us a call on the H200 host)."""
-    out, lse, probs, _, _ = _fwd_run(q, k, v, dropout_p, softmax_scale, window_left, window_right,
-                                     softcap, alibi_slopes, return_probs)
-    return out, lse, probs, None
+    return _op_outputs(q.device, dropout_p, *_fwd_run(
+        q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+        return_probs))
 
 
 def _fwd_run(q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
@@ -298,22 +305,9 @@ def _varlen_fwd_impl(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
                softcap: float, alibi_slopes: Optional[Tensor], return_probs: bool,
                deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (out, softmax_lse, attn_probs or an empty tensor, rng_state)."""
-    out, lse, probs, seed, offset = _varlen_fwd_run(
+    return _op_outputs(q.device, dropout_p, *_varlen_fwd_run(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
-        softmax_scale, window_left, window_right, softcap, alibi_slopes, return_probs)
-    if probs is None:
-        probs = _empty_probs(q.device)
-    return out, lse, probs, _rng_state_tensor(dropout_p, seed, offset)
-
-
-def _varlen_fwd_direct(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
-                       max_seqlen_k, dropout_p, softmax_scale, window_left, window_right, softcap,
-                       alibi_slopes, return_probs, deterministic):
-    """_varlen_fwd_impl for a call autograd does not record (see _fwd_direct)."""
-    out, lse, probs, _, _ = _varlen_fwd_run(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
-        softmax_scale, window_left, window_right, softcap, alibi_slopes, return_probs)
-    return out, lse, probs, None
+        softmax_scale, window_left, window_right, softcap, alibi_slopes, return_probs))
 
 
 def _varlen_fwd_run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
@@ -557,6 +551,10 @@ def _call(op, eager, impl, tensors, args):
     if _recorded(tensors):
         return eager.apply(*args)
     return impl(*args)
+
+
+_fwd_direct = _direct(_fwd_run)
+_varlen_fwd_direct = _direct(_varlen_fwd_run)
 
 
 def call_fwd(q, k, v, *options):
