@@ -79,20 +79,20 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
 
   StageCounter<Traits::kStages> k_stage, v_stage;
   uint32_t q_full_parity = 0;
-  const PingPong ping_pong{consumer};
-  if (consumer == 1) ping_pong.pass_turn();  // consumer 0 issues first
+  const PingPong<Traits::kConsumers> ping_pong{consumer};
+  if (consumer == Traits::kConsumers - 1) ping_pong.pass_turn();  // consumer 0 issues first
 
   for (int round = 0;; ++round) {
     const int tile = prm.scheduler.tile_of(round, blockIdx.x, gridDim.x);
     if (tile >= prm.scheduler.num_tiles) break;
     const TileCoords tc = prm.scheduler.coords(tile);
     const SequenceView seq = sequence_view(p, tc.batch);
-    const int m0 = tc.m_block * kBlockM;
+    const int m0 = tc.m_block * Traits::kBlockM;
     if constexpr (Traits::kSeqBounds) {
       if (m0 >= seq.seqlen_q) continue;  // past this sequence's end: the producer skips it too
     }
     const int row0 = m0 + consumer * kRowsPerConsumer;  // this consumer's first query row
-    const KeyBlockRange range = key_block_range(m0, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
+    const KeyBlockRange range = key_block_range(m0, Traits::kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
                                                 p.window_left, p.window_right);
     const VisibilityMask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
     const ScorePolicy score_policy = make_score_policy<ScorePolicy>(p, seq, tc.batch, tc.head);

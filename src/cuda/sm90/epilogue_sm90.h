@@ -49,7 +49,7 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
       const ForwardParams& p = prm.args.params;
       Tensor rO = convert_fragment<Element>(acc_o);
       Tensor rO_rows = make_tensor(rO.data(), gmma_acc_rowcol_layout(rO.layout()));
-      const int row0 = tc.m_block * kBlockM + consumer * kRowsPerConsumer;
+      const int row0 = tc.m_block * Traits::kBlockM + consumer * kRowsPerConsumer;
       CUTE_UNROLL
       for (int r = 0; r < kRowsPerThread; ++r) {
         const int row = get<0>(coords(r, 0));
@@ -87,7 +87,7 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
     auto parts = tma_partition(prm.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
     Tensor tOgO = get<0>(parts);  // (TMA, 64-row block)
     Tensor tOsO = get<1>(parts);  // (TMA)
-    copy(prm.tma_o, tOsO, tOgO(_, 2 * tc.m_block + consumer));
+    copy(prm.tma_o, tOsO, tOgO(_, Traits::kConsumers * tc.m_block + consumer));
     tma_store_arrive();
     if constexpr (!Traits::kSeparateO) tma_store_wait<0>();  // smem read by the TMA engine: Q may be refilled
   }

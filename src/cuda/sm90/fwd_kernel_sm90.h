@@ -1,7 +1,8 @@
-// The sm90 forward kernel: a persistent, warp-specialized CTA of three warpgroups.
+// The sm90 forward kernel: a persistent, warp-specialized CTA of three or four warpgroups.
 //   warpgroup 0: producer; gives registers back (setmaxnreg 24) and one thread issues the TMA loads
-//   warpgroups 1, 2: consumers; take registers (setmaxnreg 240), each runs 64 query rows of a tile
-// 128 x 24 + 256 x 240 = 64512 of the SM's 65536 registers.
+//   warpgroups 1 ..: consumers; take registers (setmaxnreg 240 for two, 160 for three), each runs 64
+//   query rows of a tile.  128 x 24 + 256 x 240 = 64512 or 128 x 24 + 384 x 160 = 64512 of the
+//   SM's 65536 registers.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -16,7 +17,7 @@
 namespace tileattn::cuda::sm90 {
 
 template <typename Traits, typename ScorePolicy>
-__global__ void __launch_bounds__(kThreads, 1) fwd_kernel_sm90(const __grid_constant__ Sm90Params<Traits> prm) {
+__global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel_sm90(const __grid_constant__ Sm90Params<Traits> prm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
@@ -29,22 +30,22 @@ __global__ void __launch_bounds__(kThreads, 1) fwd_kernel_sm90(const __grid_cons
     cute::prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(prm.tma_o.get_tma_descriptor());
     FullBarrier::init(&ss.q_full, 1);
-    EmptyBarrier::init(&ss.q_empty, kConsumerThreads);
+    EmptyBarrier::init(&ss.q_empty, Traits::kConsumerThreads);
     for (int s = 0; s < Traits::kStages; ++s) {
       FullBarrier::init(&ss.k_full[s], 1);
       FullBarrier::init(&ss.v_full[s], 1);
-      EmptyBarrier::init(&ss.k_empty[s], kConsumerThreads);
-      EmptyBarrier::init(&ss.v_empty[s], kConsumerThreads);
+      EmptyBarrier::init(&ss.k_empty[s], Traits::kConsumerThreads);
+      EmptyBarrier::init(&ss.v_empty[s], Traits::kConsumerThreads);
     }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
 
   if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<24>();
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) run_producer<Traits>(prm, ss);
   } else {
-    cutlass::arch::warpgroup_reg_alloc<240>();
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     run_consumer<Traits, ScorePolicy>(prm, ss, warpgroup - 1);
   }
 #endif

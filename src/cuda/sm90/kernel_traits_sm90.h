@@ -32,6 +32,14 @@ struct Sm90Traits {
   static constexpr bool kSeparateO = sm90_separate_o(kHeadDim_);
   static constexpr bool kSeqBounds = false;  // sequence_bounds_sm90.h
   static constexpr int kRows = kRowsPerConsumer;  // query rows of one consumer warpgroup
+  static constexpr int kConsumers = sm90_consumers(kHeadDim_);
+  static constexpr int kBlockM = kConsumers * kRowsPerConsumer;  // query rows per tile
+  static constexpr int kConsumerThreads = kConsumers * 128;
+  static constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
+  // setmaxnreg: the producer keeps 24 registers a thread, the consumers share the rest of the
+  // SM's 65536 (a multiple of 8): 2 x 128 x 240 or 3 x 128 x 160, plus 128 x 24.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
   static_assert(kHeadDim % 64 == 0, "rows of 64 elements = one 128-byte swizzle atom");
 
   using HeadDim = cute::Int<kHeadDim>;
@@ -82,16 +90,16 @@ struct Sm90Traits {
   using SmemCopyAtomO = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>;
 
   struct SharedStorage {
-    cute::array_aligned<Element, 2 * kQHalfElems, 1024> q;  // Q of both consumers (and their O if !kSeparateO)
+    cute::array_aligned<Element, kConsumers * kQHalfElems, 1024> q;  // Q of every consumer (and their O if !kSeparateO)
     cute::array_aligned<Element, kKVElems, 1024> k;
     cute::array_aligned<Element, kKVElems, 1024> v;
     uint64_t q_full;            // Q landed (TMA transaction barrier)
-    uint64_t q_empty;           // both consumers are done reading Q (and, if !kSeparateO, storing O over it)
+    uint64_t q_empty;           // every consumer is done reading Q (and, if !kSeparateO, storing O over it)
     uint64_t k_full[kStages];   // K stage landed
     uint64_t k_empty[kStages];  // every consumer thread is done reading K stage
     uint64_t v_full[kStages];
     uint64_t v_empty[kStages];
-    OStaging<kSeparateO, Element, 2 * kQHalfElems> o_staging;
+    OStaging<kSeparateO, Element, kConsumers * kQHalfElems> o_staging;
   };
 
   // Where consumer c stages its O for the TMA store.

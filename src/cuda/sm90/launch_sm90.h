@@ -71,7 +71,7 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
                             Shape<BlockN, HeadDim>{}, _1{});
   prm.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutQHalf{}, Shape<Rows, HeadDim>{}, _1{});
 
-  const int num_m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t kv_bytes_per_head = 2ll * p.seqlen_k * p.head_dim * static_cast<int64_t>(sizeof(Element));
   // Causal or windowed tiles differ in length: the longest go first.
   const bool uneven = p.window_left >= 0 || p.window_right >= 0;
@@ -82,7 +82,7 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(max dynamic shared memory)");
   const int grid = std::min(prm.scheduler.num_tiles, sm_count());
-  kernel<<<grid, kThreads, kSmem, stream>>>(prm);
+  kernel<<<grid, Traits::kThreads, kSmem, stream>>>(prm);
   check_cuda(cudaGetLastError(), "sm90 forward kernel launch");
 }
 

@@ -14,7 +14,6 @@
 
 namespace tileattn::cuda::sm90 {
 
-constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
 
 // Position in a ring of kStages buffers: the buffer index and the parity of its current use.
 // Producer and consumers walk the same sequence of key blocks, so their counters agree.
@@ -33,10 +32,11 @@ struct StageCounter {
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;
 
-// Named barriers 1..4 (0 is __syncthreads).  kSchedulerBase + w orders consumer w's wgmma issue
-// after the other consumer's (ping-pong); kEpilogueBase + w gathers consumer w before its O store.
+// Named barriers 1..6 (0 is __syncthreads).  kSchedulerBase + w orders consumer w's wgmma issue
+// after the previous consumer's (ping-pong); kEpilogueBase + w gathers consumer w before its O
+// store.
 constexpr int kSchedulerBarrierBase = 1;
-constexpr int kEpilogueBarrierBase = 3;
+constexpr int kEpilogueBarrierBase = kSchedulerBarrierBase + kMaxConsumers;
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
@@ -46,15 +46,15 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 }
 
 // Ping-pong between the consumers (FlashAttention-3, section 3.1): a consumer waits for its turn
-// before issuing its GEMMs, and hands the turn to the other one after issuing them, so that the
-// tensor cores run one consumer's GEMMs while the other computes its softmax.
+// before issuing its GEMMs, and hands the turn to the next one (round robin) after issuing them,
+// so that the tensor cores run one consumer's GEMMs while the others compute their softmax.  Each
+// turn barrier counts two warpgroups: its waiter (bar.sync) and the one handing over (bar.arrive).
+template <int kConsumers>
 struct PingPong {
-  int self;  // consumer index 0 or 1
-  __device__ __forceinline__ void wait_turn() const {
-    named_barrier_sync(kSchedulerBarrierBase + self, kConsumerThreads);
-  }
+  int self;  // consumer index 0 .. kConsumers - 1
+  __device__ __forceinline__ void wait_turn() const { named_barrier_sync(kSchedulerBarrierBase + self, 256); }
   __device__ __forceinline__ void pass_turn() const {
-    named_barrier_arrive(kSchedulerBarrierBase + (1 - self), kConsumerThreads);
+    named_barrier_arrive(kSchedulerBarrierBase + (self + 1) % kConsumers, 256);
   }
 };
 

@@ -2,7 +2,7 @@
 // every TMA load.  Per tile (key blocks visited from the last one down, like the consumers):
 //   K(last)                          -- before Q: it only needs a free K stage, so it loads while
 //                                       the consumers still run the previous tile's epilogue
-//   wait Q empty; Q (both halves)
+//   wait Q empty; Q (one 64-row box per consumer)
 //   for n = last .. first:  K(n - 1), V(n)
 // K runs one block ahead of V because a consumer needs K(n - 1) (its next QK^T) before V(n)
 // (the PV of the block whose softmax it is computing).
@@ -44,11 +44,11 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     if (tile >= prm.scheduler.num_tiles) break;
     const TileCoords tc = prm.scheduler.coords(tile);
     const SequenceView seq = sequence_view(p, tc.batch);
-    const int m0 = tc.m_block * kBlockM;
+    const int m0 = tc.m_block * Traits::kBlockM;
     if constexpr (Traits::kSeqBounds) {
       if (m0 >= seq.seqlen_q) continue;  // past this sequence's end: the consumers skip it too
     }
-    const KeyBlockRange range = key_block_range(m0, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
+    const KeyBlockRange range = key_block_range(m0, Traits::kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
                                                 p.window_left, p.window_right);
     const bool has_keys = range.n_block_max > range.n_block_min;
     const int kv_head = tc.head / heads_per_kv;
@@ -88,17 +88,17 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     q_empty_parity ^= 1u;
     if (!has_keys) FullBarrier::arrive_and_expect_tx(&ss.q_full, 0);
     if (has_keys) {
-      // One 64-row box per consumer; rows past seqlen_q come in as zeros.  A half that lies wholly
+      // One 64-row box per consumer; rows past seqlen_q come in as zeros.  A box that lies wholly
       // past seqlen_q is not loaded: its consumer computes rows that are never stored.
       Tensor gQ = local_tile(rows_from<Traits::kSeqBounds>(mQ(_, _, tc.head, batch), seq.q_base_row),
                              Shape<Rows, HeadDim>{}, make_coord(_, _0{}));
-      const int halves = seq.seqlen_q - m0 > kRowsPerConsumer ? 2 : 1;
+      const int halves = min(Traits::kConsumers, (seq.seqlen_q - m0 + kRowsPerConsumer - 1) / kRowsPerConsumer);
       FullBarrier::arrive_and_expect_tx(&ss.q_full, halves * Traits::kQHalfBytes);
       for (int half = 0; half < halves; ++half) {
         Tensor sQ = make_tensor(make_smem_ptr(ss.q.data() + half * Traits::kQHalfElems),
                                 typename Traits::SmemLayoutQHalf{});
         auto parts = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-        copy(prm.tma_q.with(ss.q_full), get<0>(parts)(_, 2 * tc.m_block + half), get<1>(parts));
+        copy(prm.tma_q.with(ss.q_full), get<0>(parts)(_, Traits::kConsumers * tc.m_block + half), get<1>(parts));
       }
     }
     for (int n = range.n_block_max - 1; n >= range.n_block_min; --n) {

@@ -1,8 +1,8 @@
 // Tile sizes of the sm90-family (Hopper) forward kernel, chosen in one place.
 //
-// A CTA is 3 warpgroups: one producer (TMA loads) and two consumers, each consumer owning 64 query
-// rows of a 128-row query tile (wgmma's M is 64 per warpgroup).  Both consumers read the same K/V
-// tiles, so one TMA load of K or V feeds 128 query rows.
+// A CTA is one producer warpgroup (TMA loads) and two or three consumers, each consumer owning 64
+// query rows of the query tile (wgmma's M is 64 per warpgroup).  The consumers read the same K/V
+// tiles, so one TMA load of K or V feeds 128 or 192 query rows.
 #pragma once
 
 namespace tileattn::cuda::sm90 {
@@ -12,10 +12,16 @@ struct Sm90TileConfig {
   int stages;   // K and V shared-memory buffers each (the TMA pipeline depth)
 };
 
-constexpr int kConsumerWarpgroups = 2;
-constexpr int kRowsPerConsumer = 64;                              // wgmma M
-constexpr int kBlockM = kConsumerWarpgroups * kRowsPerConsumer;  // 128 query rows per tile
-constexpr int kThreads = (1 + kConsumerWarpgroups) * 128;         // producer + consumers
+constexpr int kRowsPerConsumer = 64;  // wgmma M
+constexpr int kMaxConsumers = 3;
+
+// Consumer warpgroups per CTA.  At d64 a key block's GEMMs are short next to the softmax and the
+// loads, so a third consumer (192 query rows a tile, FlashAttention-3's d64 shape) gives the
+// tensor cores a third warpgroup's GEMMs to run; its registers (160 a consumer thread: 64 score,
+// 32 O and 32 P registers) fit only at d64.  Measured on the H200 (docs/perf-log.md): d64 8k
+// 451-454 -> 516-524 TFLOP/s, 2k 430 -> 487; causal 512 190 -> 174 (the padded part of the last
+// 192-row tile).
+constexpr int sm90_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 
 // The head-dim buckets compiled for sm90.  Head dims between two buckets run in the larger one:
 // TMA zero-fills the columns past head_dim on load and clips them on store.
