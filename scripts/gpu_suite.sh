@@ -39,6 +39,14 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_decode.py \
     > "$OUT/sanitize_decode.log" 2>&1 || rc=1
   tail -2 "$OUT/sanitize_decode.log"
+  # Decode on sm90 picks its kernel by size (TMA-staged K/V for short caches or one sequence,
+  # registers elsewhere, none under 16 MB), and the tests' caches are small: the decode tests and
+  # memcheck again with the TMA kernel forced at every size.
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_DECODE_FAMILY=sm90 timeout 120 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$OUT/pytest_decode_tma.log" | tail -2 || rc=1
+  TILEATTN_DECODE_FAMILY=sm90 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    python3 tests/cuda/sanitize_decode.py > "$OUT/sanitize_decode_tma.log" 2>&1 || rc=1
+  tail -2 "$OUT/sanitize_decode_tma.log"
 fi
 if [[ $WHAT == all || $WHAT == bench ]]; then
   # The benchmark CLI (bench/__init__.py); one PNG (forward) keeps $OUT within the 8 files that

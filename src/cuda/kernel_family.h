@@ -1,9 +1,9 @@
 // Which kernel family serves a call on this GPU: the Hopper (sm90a: wgmma, TMA) kernels run on
 // compute capability 9.0 only, and an environment variable per direction lets a user force the
 // sm80 family (for comparisons, or as an escape hatch):
-//   TILEATTN_FORWARD_FAMILY, TILEATTN_BACKWARD_FAMILY = auto (default) | sm90 | sm80
-// auto and sm90 use the Hopper kernels where they apply; any other value is an error naming the
-// variable.  Read on every call, so one process (a test, a benchmark) can switch families.
+//   TILEATTN_FORWARD_FAMILY, TILEATTN_BACKWARD_FAMILY, TILEATTN_DECODE_FAMILY = auto (default) | sm90 | sm80
+// auto and sm90 use the Hopper kernels where they apply (the decode's auto only at the sizes where
+// they are faster); any other value is an error naming the variable.  Read on every call, so one process (a test, a benchmark) can switch families.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +25,13 @@ inline bool sm90_family_allowed(const char* variable) {
   if (std::strcmp(family, "sm80") == 0) return false;
   throw Error(ErrorCode::kInvalidArgument, variable,
               std::string(variable) + " must be auto, sm90 or sm80, got '" + family + "'");
+}
+
+// Whether `variable` says sm90 outright (not auto): a kernel chosen by size under auto is then
+// used at every size.
+inline bool sm90_family_forced(const char* variable) {
+  const char* family = std::getenv(variable);
+  return family != nullptr && std::strcmp(family, "sm90") == 0;
 }
 
 // wgmma and TMA as compiled (sm_90a) run on compute capability 9.0 only.

@@ -1,9 +1,11 @@
 // tileattn::cuda_forward_kvcache: the checks only the CUDA side can make (architecture, device
 // pointers, alignment, grid limits), then the decode launch for the dtype.  Nothing here reads
 // device memory, so a call is one stream-ordered sequence that a CUDA graph can capture.
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include <cstdint>
 #include <limits>
@@ -13,6 +15,7 @@
 #include "cuda/check.h"
 #include "cuda/decode/decode_launch.h"
 #include "cuda/device_checks.h"
+#include "cuda/kernel_family.h"
 
 namespace tileattn {
 namespace {
@@ -21,6 +24,76 @@ namespace {
 bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && batch_stride % 8 == 0 && row_stride % 8 == 0 &&
          head_stride % 8 == 0;
+}
+
+// cuTensorMapEncodeTiled from the driver, looked up once (the library links only the runtime).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t status =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    return status == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
+               : nullptr;
+  }();
+  return encode;
+}
+
+// The cache (units, rows, Hk, D) as the 4-D tensor (D, Hk, rows, units) a TMA box of (D, 1, 16, 1)
+// reads one 16-key chunk of one KV head from.  False when the driver refuses it (strides TMA
+// cannot express): the caller then uses the register kernel.
+bool encode_cache_map(CUtensorMap* map, const void* base, CUtensorMapDataType dtype, int head_dim, int heads_k,
+                      int64_t rows, int64_t units, int64_t head_stride, int64_t row_stride, int64_t unit_stride) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads_k),
+                              static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(units)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(head_stride) * 2, static_cast<cuuint64_t>(row_stride) * 2,
+                                 static_cast<cuuint64_t>(unit_stride) * 2};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(head_dim), 1, static_cast<cuuint32_t>(cuda::decode::kChunk), 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  return encode(map, dtype, 4, const_cast<void*>(base), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Where TMA staging is chosen under TILEATTN_DECODE_FAMILY=auto: calls with the split heuristic
+// (num_splits = 0) that read more than 16 MB of K and V, with caches of at most 8k keys or one
+// sequence's worth of KV heads.  Measured on the H200 (docs/perf-log.md), TMA against registers:
+// short caches 2k-8k +2-17% at every batch (128 x 2k +17%), 1 x 32k +10%; long caches at batch 8-32
+// (8 x 32k, 32 x 128k) -4-6%, where the register kernel's 12 warps an SM stream faster than the
+// TMA kernel's 8; 1 x 2k (8 MB) -4%.  A fixed num_splits promises the same bits at every batch
+// size, so it never switches kernels by size.
+bool tma_pays_off(const tileattn_kvcache_params& p) {
+  if (p.num_splits != 0) return false;
+  const ForwardParams& f = p.fwd;
+  const double kv_bytes = 2.0 * f.batch * static_cast<double>(f.seqlen_k) * f.num_heads_k * f.head_dim * 2;
+  const bool short_cache = f.seqlen_k <= 8192;
+  const bool one_sequence = static_cast<int64_t>(f.batch) * f.num_heads_k <= 8;
+  return kv_bytes > 16e6 && (short_cache || one_sequence);
+}
+
+// TMA staging needs compute capability 9.0 (TILEATTN_DECODE_FAMILY=sm80 opts out, sm90 uses it at
+// every size), a head dim the kernel's box is built for, 16-byte aligned caches, and tensor maps
+// the driver accepts.
+bool setup_tma(cuda::decode::DecodeArgs& args) {
+  const tileattn_kvcache_params& p = args.p;
+  const ForwardParams& f = p.fwd;
+  if (!cuda::sm90_family_allowed("TILEATTN_DECODE_FAMILY") || !cuda::is_sm90_device()) return false;
+  if (!cuda::sm90_family_forced("TILEATTN_DECODE_FAMILY") && !tma_pays_off(p)) return false;
+  if (f.head_dim != 64 && f.head_dim != 128 && f.head_dim != 256) return false;
+  if (!args.vector_k || !args.vector_v) return false;
+  const bool paged = p.block_table != nullptr;
+  const int64_t rows = paged ? p.page_size : f.seqlen_k;
+  const int64_t units = paged ? p.num_blocks : p.num_cache_entries;
+  if (rows <= 0 || units <= 0 || rows > INT32_MAX || units > INT32_MAX) return false;
+  const CUtensorMapDataType dtype =
+      f.dtype == TILEATTN_FLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return encode_cache_map(&args.tma_k, f.k, dtype, f.head_dim, f.num_heads_k, rows, units, f.k_head_stride,
+                          f.k_row_stride, f.k_batch_stride) &&
+         encode_cache_map(&args.tma_v, f.v, dtype, f.head_dim, f.num_heads_k, rows, units, f.v_head_stride,
+                          f.v_row_stride, f.v_batch_stride);
 }
 
 }  // namespace
@@ -50,6 +123,7 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   args.vector_q = vector_aligned(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
   args.vector_k = vector_aligned(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride);
   args.vector_v = vector_aligned(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride);
+  args.tma = setup_tma(args);
   const cudaStream_t stream = static_cast<cudaStream_t>(f.stream);
   if (f.dtype == TILEATTN_FLOAT16) {
     decode::run_decode<__half>(args, stream);

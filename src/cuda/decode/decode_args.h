@@ -2,6 +2,7 @@
 // sequence owns.  Host and device both include this file.
 #pragma once
 
+#include <cuda.h>
 #include <stdint.h>
 
 #include "common/host_device.h"
@@ -21,6 +22,10 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMaxSplits = 128;
 
 struct DecodeArgs {
+  // K and V caches as 4-D tensors (head_dim, Hk, rows, units) for TMA, units being cache entries
+  // or pages; set when `tma` (cuda_decode.cu says when).
+  CUtensorMap tma_k, tma_v;
+  bool tma;
   tileattn_kvcache_params p;  // validated by src/api, softmax_scale resolved
   int group;                  // H / Hk: query heads per KV head
   int rows;                   // group x seqlen_q: query rows that share one KV head

@@ -18,14 +18,27 @@
 
 namespace tileattn::cuda::decode {
 
+// Dynamic shared memory of the split kernel: the TMA stages, or none.
+template <typename T, int kD, bool kTma>
+constexpr int split_dynamic_smem() {
+  return kTma ? static_cast<int>(sizeof(TmaStages<T, kD>)) + 128 : 0;  // + 128: the kernel aligns the base
+}
+
 // Resident CTAs of the split kernel over all SMs, which the split heuristic fills.
-template <typename T, int kD, int kHalves>
+template <typename T, int kD, int kHalves, bool kTma>
 int prepare_split_kernel() {
   static const int resident = [] {
     int device = 0, sms = 0, per_sm = 0;
+    constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel<T, kD, kHalves>, kThreads, 0),
+    if (dynamic_smem > 0) {
+      check_cuda(cudaFuncSetAttribute(split_kernel<T, kD, kHalves, kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      dynamic_smem),
+                 "cudaFuncSetAttribute(decode split kernel)");
+    }
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel<T, kD, kHalves, kTma>, kThreads,
+                                                             dynamic_smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return sms * std::max(per_sm, 1);
   }();
@@ -64,15 +77,16 @@ void launch_combine(const DecodeArgs& args, int64_t rows, cudaStream_t stream) {
   check_cuda(cudaLaunchKernelEx(&config, combine_kernel<T>, args), "decode combine kernel launch");
 }
 
-template <typename T, int kD, int kHalves>
-void run_split(DecodeArgs args, cudaStream_t stream) {
+template <typename T, int kD, int kHalves, bool kTma>
+void launch_split(DecodeArgs args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
-  const int resident = prepare_split_kernel<T, kD, kHalves>();
+  const int resident = prepare_split_kernel<T, kD, kHalves, kTma>();
+  constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
   const int64_t ctas = static_cast<int64_t>(f.batch) * args.row_blocks * f.num_heads_k;
   args.num_splits = choose_num_splits(args.num_splits, ctas, resident, f.seqlen_k);
   const dim3 grid(static_cast<unsigned>(f.batch * args.row_blocks), f.num_heads_k, args.num_splits);
   if (args.num_splits == 1) {
-    split_kernel<T, kD, kHalves><<<grid, kThreads, 0, stream>>>(args);
+    split_kernel<T, kD, kHalves, kTma><<<grid, kThreads, dynamic_smem, stream>>>(args);
     check_cuda(cudaGetLastError(), "decode split kernel launch");
     return;
   }
@@ -80,10 +94,21 @@ void run_split(DecodeArgs args, cudaStream_t stream) {
   StreamWorkspace partial(stream);  // freed on the stream after the combine
   args.o_partial = partial.floats(args.num_splits * rows * f.head_dim, false);
   args.lse_partial = partial.floats(args.num_splits * rows, false);
-  split_kernel<T, kD, kHalves><<<grid, kThreads, 0, stream>>>(args);
+  split_kernel<T, kD, kHalves, kTma><<<grid, kThreads, dynamic_smem, stream>>>(args);
   check_cuda(cudaGetLastError(), "decode split kernel launch");
   launch_combine<T>(args, rows, stream);
   check_cuda(cudaGetLastError(), "decode combine kernel launch");
+}
+
+// The TMA kernel when the caller set it up (cuda_decode.cu) for exactly this head dim (the tensor
+// map's box is kD wide), else the register kernel.
+template <typename T, int kD, int kHalves>
+void run_split(DecodeArgs args, cudaStream_t stream) {
+  if (args.tma && args.p.fwd.head_dim == kD) {
+    launch_split<T, kD, kHalves, true>(args, stream);
+  } else {
+    launch_split<T, kD, kHalves, false>(args, stream);
+  }
 }
 
 template <typename T>
