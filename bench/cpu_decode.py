@@ -1,0 +1,80 @@
+"""CPU decode benchmark: flash_attn_with_kvcache on the CPU backend next to PyTorch's CPU
+scaled_dot_product_attention over the same cache (its query heads repeated over the KV heads, as
+an application without a decode kernel would call it), measured in the same run.
+
+One query token per sequence, contiguous float32 caches filled to the end.  Reports milliseconds a
+call and GB/s of K and V read (batch x length x KV heads x d x 4 bytes x 2).  Writes a CSV under
+bench/results/ with the machine, date and commit, and prints a table.
+
+    python3 bench/cpu_decode.py
+    python3 bench/cpu_decode.py --shapes 8x8192x4x1x64 --repeats 5
+"""
+
+import argparse
+import csv
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import environment  # noqa: E402
+from bench.cpu import cpu_name, median_seconds  # noqa: E402
+
+import tileattn  # noqa: E402
+
+# batch x cache length x query heads x KV heads x head dim
+DEFAULT_SHAPES = ("8x8192x4x1x64", "1x32768x32x8x128", "32x2048x32x8x128")
+
+
+def parse_shape(text):
+    batch, length, heads, heads_k, dim = (int(x) for x in text.split("x"))
+    return batch, length, heads, heads_k, dim
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="BxLxHxHkxD")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", default=None, help="CSV path (default: bench/results/cpu-decode-DATE.csv)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    rows = []
+    print(f"# {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
+    print(f"{'shape':>20} | {'tileattn ms':>11} {'GB/s':>7} | {'sdpa ms':>9} {'GB/s':>7}")
+    for text in args.shapes:
+        batch, length, heads, heads_k, dim = parse_shape(text)
+        q = torch.randn(batch, 1, heads, dim)
+        k_cache = torch.randn(batch, length, heads_k, dim)
+        v_cache = torch.randn(batch, length, heads_k, dim)
+        seqlens = torch.full((batch,), length, dtype=torch.int32)
+        kv_bytes = 2 * batch * length * heads_k * dim * 4
+        group = heads // heads_k
+
+        def ours():
+            tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+
+        def sdpa():
+            k = k_cache.transpose(1, 2).repeat_interleave(group, dim=1)
+            v = v_cache.transpose(1, 2).repeat_interleave(group, dim=1)
+            F.scaled_dot_product_attention(q.transpose(1, 2), k, v)
+
+        t_ours = median_seconds(ours, args.repeats)
+        t_sdpa = median_seconds(sdpa, args.repeats)
+        print(f"{text:>20} | {t_ours * 1e3:11.2f} {kv_bytes / t_ours / 1e9:7.1f} | "
+              f"{t_sdpa * 1e3:9.2f} {kv_bytes / t_sdpa / 1e9:7.1f}")
+        for impl, seconds in (("tileattn", t_ours), ("sdpa", t_sdpa)):
+            rows.append({"machine": cpu_name(), "date": environment.today(), "commit": environment.commit(),
+                         "impl": impl, "batch": batch, "cache_len": length, "heads": heads, "heads_k": heads_k,
+                         "headdim": dim, "ms": round(seconds * 1e3, 3), "gbs": round(kv_bytes / seconds / 1e9, 2)})
+    out = args.out or os.path.join(environment.RESULTS, f"cpu-decode-{environment.today()}.csv")
+    with open(out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"# wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
