@@ -120,6 +120,11 @@ def main():
                     print(f"{dtype_name:>9} {d:>4} {s:>5} {str(causal):>6} | "
                           f"{result['tileattn'][0]:>10.1f} {result['torch'][0]:>10.1f} | "
                           f"{result['tileattn'][1]:>10.1f} {result['torch'][1]:>10.1f}", flush=True)
+    write_rows(rows, out_path)
+
+
+def write_rows(rows, out_path):
+    """The rows as a CSV (columns from the first row); the folder is created if needed."""
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -11,7 +11,6 @@ bench/results/ with the machine, date and commit, and prints a table.
 """
 
 import argparse
-import csv
 import os
 import sys
 
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import environment  # noqa: E402
-from bench.cpu import cpu_name, median_seconds  # noqa: E402
+from bench.cpu import cpu_name, median_seconds, write_rows  # noqa: E402
 
 import tileattn  # noqa: E402
 
@@ -68,12 +67,7 @@ def main():
             rows.append({"machine": cpu_name(), "date": environment.today(), "commit": environment.commit(),
                          "impl": impl, "batch": batch, "cache_len": length, "heads": heads, "heads_k": heads_k,
                          "headdim": dim, "ms": round(seconds * 1e3, 3), "gbs": round(kv_bytes / seconds / 1e9, 2)})
-    out = args.out or os.path.join(environment.RESULTS, f"cpu-decode-{environment.today()}.csv")
-    with open(out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"# wrote {out}")
+    write_rows(rows, args.out or os.path.join(environment.RESULTS, f"cpu-decode-{environment.today()}.csv"))
 
 
 if __name__ == "__main__":
