@@ -112,6 +112,19 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
     KvCacheScratch& s;
     ~ReleaseLarge() { s.release_large(); }
   } release_large{scratch};
+  // One new token with GQA and no mask that depends on the query row (no left window, no ALiBi;
+  // bottom-right causal lets a single row see every key): the group's query heads become rows of
+  // their KV head (FlashAttention's seqlen_q / groups swap), so the forward reads each K/V row once
+  // per group instead of once per query head, with products of `group` rows instead of one.
+  const int group = H / Hk;
+  const bool heads_as_rows = Sq == 1 && group > 1 && f.alibi_slopes == nullptr && f.window_left < 0 &&
+                             f.dropout_p == 0.0f;
+  const int rows_per_seq = heads_as_rows ? group : Sq;  // query rows of one sequence in the forward
+  const int heads = heads_as_rows ? Hk : H;             // query heads in the forward
+  // Offset of (sequence b, token i, query head h) in the float32 q and out rows.
+  auto row_offset = [&](int64_t b, int i, int h) {
+    return heads_as_rows ? ((b * group + h % group) * Hk + h / group) * D : ((b * Sq + i) * H + h) * D;
+  };
   const size_t q_elems = static_cast<size_t>(B) * Sq * H * D;
   float* q = scratch.q.get(q_elems);
   parallel_tasks<RowScratch>(
@@ -119,7 +132,7 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
       [&](int64_t task, RowScratch& w) {
         const int b = static_cast<int>(task / Sq), i = static_cast<int>(task % Sq);
         for (int h = 0; h < H; ++h) {
-          float* row = q + (task * H + h) * D;
+          float* row = q + row_offset(b, i, h);
           load_row(f.dtype, f.q, b * f.q_batch_stride + i * f.q_row_stride + h * f.q_head_stride, D, row);
           if (p.rotary_cos) rotate(p, p.cache_seqlens[b] + (per_row_position ? i : 0), row, w.table);
         }
@@ -129,7 +142,7 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   std::vector<int32_t> cu_q(B + 1), cu_k(B + 1, 0);
   int max_k = 0;
   for (int b = 0; b < B; ++b) {
-    cu_q[b + 1] = (b + 1) * Sq;
+    cu_q[b + 1] = (b + 1) * rows_per_seq;
     const int keys = static_cast<int>(cache_end_key(p, b) - cache_first_key(p, b));
     cu_k[b + 1] = cu_k[b] + keys;
     max_k = std::max(max_k, keys);
@@ -155,13 +168,15 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
       });
 
   // The attention itself: a float32 varlen forward.
-  const int64_t total_q = static_cast<int64_t>(B) * Sq;
+  const int64_t total_q = static_cast<int64_t>(B) * rows_per_seq;
   float* out = scratch.out.get(q_elems);
-  float* lse = scratch.lse.get(static_cast<size_t>(H) * total_q);
+  float* lse = scratch.lse.get(static_cast<size_t>(heads) * total_q);
   ForwardParams g = f;
   g.q = q, g.k = k, g.v = v, g.out = out, g.softmax_lse = lse;
+  g.num_heads = heads, g.seqlen_q = rows_per_seq;
+  if (heads_as_rows) g.window_left = g.window_right = -1;  // one row: the mask hides nothing
   g.q_batch_stride = g.k_batch_stride = g.v_batch_stride = g.out_batch_stride = 0;
-  g.q_row_stride = g.out_row_stride = static_cast<int64_t>(H) * D;
+  g.q_row_stride = g.out_row_stride = static_cast<int64_t>(heads) * D;
   g.k_row_stride = g.v_row_stride = static_cast<int64_t>(Hk) * D;
   g.q_head_stride = g.k_head_stride = g.v_head_stride = g.out_head_stride = D;
   g.lse_batch_stride = 0, g.lse_head_stride = total_q;
@@ -173,9 +188,11 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < Sq; ++i) {
       for (int h = 0; h < H; ++h) {
-        store_row(f.dtype, out + ((static_cast<int64_t>(b) * Sq + i) * H + h) * D, D, f.out,
-                  b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride);
-        f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse[h * total_q + b * Sq + i];
+        const int64_t at = row_offset(b, i, h);
+        store_row(f.dtype, out + at, D, f.out, b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride);
+        // The forward's LSE is (its heads, its rows); its (row, head) is at `at` / D.
+        const int64_t row = at / D / heads, head = at / D % heads;
+        f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse[head * total_q + row];
       }
     }
   }
