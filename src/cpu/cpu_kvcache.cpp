@@ -3,6 +3,7 @@
 // problem.  The gather costs one pass over the visible cache, the same order as the attention's
 // own reads at one query token; a decode kernel that reads pages in place is the CUDA backend's.
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -138,34 +139,52 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
         }
       });
 
-  // Each sequence's visible keys, packed: cache positions [first, end).
-  std::vector<int32_t> cu_q(B + 1), cu_k(B + 1, 0);
+  // Each sequence's visible keys are cache positions [first, end).  A float32 contiguous cache is
+  // read in place: seen as (entries x Smax) rows of Hk x D, sequence b's keys are rows
+  // [entry * Smax + first, + keys), which the varlen forward reaches through cu_seqlens_k (the
+  // starts, in any order) and seqused_k (the lengths).  Any other cache is gathered into float32
+  // rows first (paged: positions are not rows of one tensor; bf16/fp16: converted once per call).
+  const int64_t k_rows_per_entry = f.k_row_stride > 0 ? f.k_batch_stride / f.k_row_stride : 0;
+  const bool in_place = f.dtype == TILEATTN_FLOAT32 && p.block_table == nullptr && f.k_row_stride > 0 &&
+                        f.k_batch_stride % f.k_row_stride == 0 && f.v_row_stride > 0 &&
+                        f.v_batch_stride == k_rows_per_entry * f.v_row_stride &&
+                        static_cast<int64_t>(p.num_cache_entries) * k_rows_per_entry < INT32_MAX;
+  std::vector<int32_t> cu_q(B + 1), cu_k(B + 1, 0), used_k(B);
   int max_k = 0;
   for (int b = 0; b < B; ++b) {
     cu_q[b + 1] = (b + 1) * rows_per_seq;
-    const int keys = static_cast<int>(cache_end_key(p, b) - cache_first_key(p, b));
-    cu_k[b + 1] = cu_k[b] + keys;
+    const int64_t first = cache_first_key(p, b);
+    const int keys = static_cast<int>(cache_end_key(p, b) - first);
+    if (in_place) {
+      const int64_t entry = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
+      cu_k[b] = static_cast<int32_t>(entry * k_rows_per_entry + first);
+      used_k[b] = keys;
+    } else {
+      cu_k[b + 1] = cu_k[b] + keys;
+    }
     max_k = std::max(max_k, keys);
   }
-  const int64_t total_k = cu_k[B];
-  const size_t kv_elems = static_cast<size_t>(total_k) * Hk * D;
-  float* k = scratch.k.get(kv_elems);
-  float* v = scratch.v.get(kv_elems);
+  const int64_t total_k = in_place ? static_cast<int64_t>(p.num_cache_entries) * k_rows_per_entry : cu_k[B];
+  const size_t kv_elems = in_place ? 0 : static_cast<size_t>(total_k) * Hk * D;
+  float* k = in_place ? nullptr : scratch.k.get(kv_elems);
+  float* v = in_place ? nullptr : scratch.v.get(kv_elems);
   struct None {};
-  parallel_tasks<None>(
-      B, f.num_threads, [] { return None{}; },
-      [&](int64_t b, None&) {
-        const int64_t first = cache_first_key(p, static_cast<int>(b));
-        for (int64_t r = cu_k[b]; r < cu_k[b + 1]; ++r) {
-          const int64_t pos = first + r - cu_k[b];
-          for (int h = 0; h < Hk; ++h) {
-            load_row(f.dtype, f.k, cache_row_offset(p, b, pos, f.k_batch_stride, f.k_row_stride) + h * f.k_head_stride, D,
-                     k + (r * Hk + h) * D);
-            load_row(f.dtype, f.v, cache_row_offset(p, b, pos, f.v_batch_stride, f.v_row_stride) + h * f.v_head_stride, D,
-                     v + (r * Hk + h) * D);
+  if (!in_place) {
+    parallel_tasks<None>(
+        B, f.num_threads, [] { return None{}; },
+        [&](int64_t b, None&) {
+          const int64_t first = cache_first_key(p, static_cast<int>(b));
+          for (int64_t r = cu_k[b]; r < cu_k[b + 1]; ++r) {
+            const int64_t pos = first + r - cu_k[b];
+            for (int h = 0; h < Hk; ++h) {
+              load_row(f.dtype, f.k, cache_row_offset(p, b, pos, f.k_batch_stride, f.k_row_stride) + h * f.k_head_stride, D,
+                       k + (r * Hk + h) * D);
+              load_row(f.dtype, f.v, cache_row_offset(p, b, pos, f.v_batch_stride, f.v_row_stride) + h * f.v_head_stride, D,
+                       v + (r * Hk + h) * D);
+            }
           }
-        }
-      });
+        });
+  }
 
   // The attention itself: a float32 varlen forward.
   const int64_t total_q = static_cast<int64_t>(B) * rows_per_seq;
@@ -181,6 +200,12 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   g.q_head_stride = g.k_head_stride = g.v_head_stride = g.out_head_stride = D;
   g.lse_batch_stride = 0, g.lse_head_stride = total_q;
   g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = cu_k.data(), g.seqused_k = nullptr;
+  if (in_place) {
+    g.k = f.k, g.v = f.v;
+    g.k_row_stride = f.k_row_stride, g.k_head_stride = f.k_head_stride;
+    g.v_row_stride = f.v_row_stride, g.v_head_stride = f.v_head_stride;
+    g.seqused_k = used_k.data();
+  }
   g.total_q = total_q, g.total_k = total_k, g.seqlen_k = max_k;
   g.dtype = TILEATTN_FLOAT32;
   cpu_forward(g);
