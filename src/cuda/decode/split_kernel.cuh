@@ -54,10 +54,10 @@ struct SplitSmem {
 // With TMA (compute capability 9.0): each warp's ring of K and V chunk tiles (16 keys x kD, dense
 // rows, as the tensor map's box lands them) and one transaction barrier per stage.  16 KB of
 // stages a warp at d <= 128 (d64 4, d128 2), two CTAs (8 warps) an SM; d256 keeps 2 stages and one
-// CTA.  Measured on the H200 (perf log): 5-16% faster than the register kernel for calls reading
-// 16-512 MB of K/V, 2-5% slower from 1 GB, where the register kernel's 12 warps an SM stream
-// faster (a first version with one CTA of 4 warps an SM and 5 stages was 15-25% slower
-// everywhere); cuda_decode.cu chooses by size.
+// CTA.  Measured on the H200 (perf log): 2-17% faster than the register kernel for caches of
+// 2k-8k keys at every batch and for a single sequence (1 x 32k +10%), 4-6% slower for long caches
+// at batch 8-32, where the register kernel's 12 warps an SM stream faster (a first version with
+// one CTA of 4 warps an SM and 5 stages was 15-25% slower everywhere); cuda_decode.cu chooses.
 template <typename T, int kD>
 struct TmaStages {
   static constexpr int kCtasPerSm = kD <= 128 ? 2 : 1;
@@ -87,8 +87,9 @@ __device__ __forceinline__ RowKeys row_keys(const tileattn_fwd_params& f, const 
 // group of the issue's 32 / 8 heads): the m16 tiles' rows 8..15 are padding, and dropping their
 // accumulators (O, S, the row statistics) frees 36 registers a thread at D = 128.
 // kTma: K and V arrive in shared memory by TMA, requested before the Q setup and kept
-// TmaStages::kStages chunks ahead of each warp's math (one CTA an SM); without it they go from
-// global memory straight into registers, one chunk per warp at a time (3 CTAs an SM at d <= 128).
+// TmaStages::kStages chunks ahead of each warp's math (TmaStages::kCtasPerSm CTAs an SM); without
+// it they go from global memory straight into registers, one chunk per warp at a time (3 CTAs an
+// SM at d <= 128).
 template <typename T, int kD, int kHalves, bool kTma>
 __global__ void __launch_bounds__(kThreads, kTma ? TmaStages<T, kD>::kCtasPerSm : kD <= 128 ? 3 : 1)
     split_kernel(const __grid_constant__ DecodeArgs args) {
