@@ -2,12 +2,12 @@
 scaled_dot_product_attention over the same cache (its query heads repeated over the KV heads, as
 an application without a decode kernel would call it), measured in the same run.
 
-One query token per sequence, contiguous float32 caches filled to the end.  Reports milliseconds a
+One query token per sequence, contiguous caches (float32, or --dtype bf16) filled to the end.  Reports milliseconds a
 call and GB/s of K and V read (batch x length x KV heads x d x 4 bytes x 2).  Writes a CSV under
 bench/results/ with the machine, date and commit, and prints a table.
 
     python3 bench/cpu_decode.py
-    python3 bench/cpu_decode.py --shapes 8x8192x4x1x64 --repeats 5
+    python3 bench/cpu_decode.py --shapes 8x8192x4x1x64 --repeats 5 --dtype bf16
 """
 
 import argparse
@@ -36,19 +36,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="BxLxHxHkxD")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--out", default=None, help="CSV path (default: bench/results/cpu-decode-DATE.csv)")
     args = parser.parse_args()
     torch.manual_seed(0)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     rows = []
-    print(f"# {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
+    print(f"# {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {args.dtype}")
     print(f"{'shape':>20} | {'tileattn ms':>11} {'GB/s':>7} | {'sdpa ms':>9} {'GB/s':>7}")
     for text in args.shapes:
         batch, length, heads, heads_k, dim = parse_shape(text)
-        q = torch.randn(batch, 1, heads, dim)
-        k_cache = torch.randn(batch, length, heads_k, dim)
-        v_cache = torch.randn(batch, length, heads_k, dim)
+        q = torch.randn(batch, 1, heads, dim).to(dtype)
+        k_cache = torch.randn(batch, length, heads_k, dim).to(dtype)
+        v_cache = torch.randn(batch, length, heads_k, dim).to(dtype)
         seqlens = torch.full((batch,), length, dtype=torch.int32)
-        kv_bytes = 2 * batch * length * heads_k * dim * 4
+        kv_bytes = 2 * batch * length * heads_k * dim * k_cache.element_size()
         group = heads // heads_k
 
         def ours():
@@ -65,8 +67,9 @@ def main():
               f"{t_sdpa * 1e3:9.2f} {kv_bytes / t_sdpa / 1e9:7.1f}")
         for impl, seconds in (("tileattn", t_ours), ("sdpa", t_sdpa)):
             rows.append({"machine": cpu_name(), "date": environment.today(), "commit": environment.commit(),
-                         "impl": impl, "batch": batch, "cache_len": length, "heads": heads, "heads_k": heads_k,
-                         "headdim": dim, "ms": round(seconds * 1e3, 3), "gbs": round(kv_bytes / seconds / 1e9, 2)})
+                         "impl": impl, "dtype": args.dtype, "batch": batch, "cache_len": length, "heads": heads,
+                         "heads_k": heads_k, "headdim": dim, "ms": round(seconds * 1e3, 3),
+                         "gbs": round(kv_bytes / seconds / 1e9, 2)})
     write_rows(rows, args.out or os.path.join(environment.RESULTS, f"cpu-decode-{environment.today()}.csv"))
 
 

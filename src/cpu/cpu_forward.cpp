@@ -8,6 +8,7 @@
 
 #include "api/backends.h"
 #include "cpu/dropout.h"
+#include "cpu/forward_kv_tiles.h"
 #include "cpu/float32_copy.h"
 #include "cpu/gemm.h"
 #include "cpu/online_softmax.h"
@@ -33,9 +34,11 @@ struct QueryTile {
   int batch_index, head, row0;
 };
 
-// q, k and v as float32 rows (copies only for bfloat16/float16 inputs).
+// q, k and v as rows to read: float32 (copies of bfloat16/float16 inputs, made once), or k and v
+// in their own dtype (kv_dtype), converted tile by tile as they are read.
 struct Inputs {
   Float32Rows q, k, v;
+  tileattn_dtype kv_dtype = TILEATTN_FLOAT32;
 };
 
 StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_side) {
@@ -45,11 +48,12 @@ StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_
 // attn_probs for one finished query tile: P = 2^(t - lse * log2 e), dropped entries negated.
 void write_probs(const ForwardParams& p, const ScoreRule& rule, const KeySpan& span,
                  const DropoutRule& dropout, const QueryTile& tile, int rows, const Matrix& q_tile,
-                 const StridedRows& k, const SequenceView& seq, int head_k, ForwardScratch& w) {
+                 const StridedRows& k, tileattn_dtype kv_dtype, const SequenceView& seq, int head_k,
+                 ForwardScratch& w) {
   const int dim = p.head_dim;
   for (int col0 = span.first; col0 <= span.last; col0 += kFwdBlockN) {
     const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
-    const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
+    const Matrix k_tile = tile_operand(kv_dtype, k, seq, col0, cols, head_k, dim, w.k.data());
     gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kFwdBlockN);
     finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols, true, nullptr);
     for (int r = 0; r < rows; ++r) {
@@ -81,8 +85,8 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   const KeySpan span = key_span(rule, tile.row0, rows);
   for (int col0 = span.first; col0 <= span.last; col0 += kFwdBlockN) {
     const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
-    const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
-    const Matrix v_tile = tile_operand(TILEATTN_FLOAT32, v, seq, col0, cols, head_k, dim, w.v.data());
+    const Matrix k_tile = tile_operand(in.kv_dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    const Matrix v_tile = tile_operand(in.kv_dtype, v, seq, col0, cols, head_k, dim, w.v.data());
 
     // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.
     gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kFwdBlockN);
@@ -111,7 +115,7 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   store_tile(p.dtype, w.out.data(), rows, dim, p.out,
              rows_of(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, false), seq,
              tile.row0, tile.head);
-  if (p.attn_probs != nullptr) write_probs(p, rule, span, dropout, tile, rows, q_tile, k, seq, head_k, w);
+  if (p.attn_probs != nullptr) write_probs(p, rule, span, dropout, tile, rows, q_tile, k, in.kv_dtype, seq, head_k, w);
 }
 
 // Zeroes attn_probs so entries no tile writes (masked, past a sequence's end) read 0.
@@ -140,7 +144,25 @@ std::vector<QueryTile> query_tiles(const ForwardParams& p) {
   return tiles;
 }
 
+void run_tiles(const ForwardParams& p, const Inputs& in) {
+  const std::vector<QueryTile> tiles = query_tiles(p);
+  parallel_tasks<ForwardScratch>(
+      static_cast<int64_t>(tiles.size()), p.num_threads,
+      [&] { return ForwardScratch(p.head_dim); },
+      [&](int64_t task, ForwardScratch& w) { forward_tile(p, in, tiles[task], w); });
+}
+
 }  // namespace
+
+void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype) {
+  if (p.attn_probs != nullptr) clear_probs(p);
+  Inputs in{float32_operand(p, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
+            {{}, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true}},
+            {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true}}};
+  in.kv_dtype = kv_dtype;
+  run_tiles(p, in);
+}
+
 }  // namespace cpu
 
 void cpu_forward(const ForwardParams& p) {
@@ -150,11 +172,7 @@ void cpu_forward(const ForwardParams& p) {
       float32_operand(p, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
       float32_operand(p, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true),
       float32_operand(p, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true)};
-  const std::vector<QueryTile> tiles = query_tiles(p);
-  parallel_tasks<ForwardScratch>(
-      static_cast<int64_t>(tiles.size()), p.num_threads,
-      [&] { return ForwardScratch(p.head_dim); },
-      [&](int64_t task, ForwardScratch& w) { forward_tile(p, in, tiles[task], w); });
+  run_tiles(p, in);
 }
 
 }  // namespace tileattn

@@ -10,6 +10,7 @@
 
 #include "api/backends.h"
 #include "common/kvcache.h"
+#include "cpu/forward_kv_tiles.h"
 #include "cpu/parallel.h"
 #include "cpu/tile_io.h"
 
@@ -139,13 +140,13 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
         }
       });
 
-  // Each sequence's visible keys are cache positions [first, end).  A float32 contiguous cache is
-  // read in place: seen as (entries x Smax) rows of Hk x D, sequence b's keys are rows
+  // Each sequence's visible keys are cache positions [first, end).  A contiguous cache is read in
+  // place: seen as (entries x Smax) rows of Hk x D, sequence b's keys are rows
   // [entry * Smax + first, + keys), which the varlen forward reaches through cu_seqlens_k (the
-  // starts, in any order) and seqused_k (the lengths).  Any other cache is gathered into float32
-  // rows first (paged: positions are not rows of one tensor; bf16/fp16: converted once per call).
+  // starts, in any order) and seqused_k (the lengths); bf16/fp16 tiles are converted as they are
+  // read.  A paged cache (positions are not rows of one tensor) is gathered into float32 rows.
   const int64_t k_rows_per_entry = f.k_row_stride > 0 ? f.k_batch_stride / f.k_row_stride : 0;
-  const bool in_place = f.dtype == TILEATTN_FLOAT32 && p.block_table == nullptr && f.k_row_stride > 0 &&
+  const bool in_place = p.block_table == nullptr && f.k_row_stride > 0 &&
                         f.k_batch_stride % f.k_row_stride == 0 && f.v_row_stride > 0 &&
                         f.v_batch_stride == k_rows_per_entry * f.v_row_stride &&
                         static_cast<int64_t>(p.num_cache_entries) * k_rows_per_entry < INT32_MAX;
@@ -207,8 +208,12 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
     g.seqused_k = used_k.data();
   }
   g.total_q = total_q, g.total_k = total_k, g.seqlen_k = max_k;
-  g.dtype = TILEATTN_FLOAT32;
-  cpu_forward(g);
+  g.dtype = TILEATTN_FLOAT32;  // q and out are the float32 rows above
+  if (in_place) {
+    forward_with_kv_tiles(g, f.dtype);
+  } else {
+    cpu_forward(g);
+  }
 
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < Sq; ++i) {

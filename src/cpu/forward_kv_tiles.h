@@ -1,0 +1,14 @@
+// The CPU forward with k and v read in their own dtype and converted one tile at a time, instead
+// of whole float32 copies made up front.  For the KV-cache decode, where each K/V tile is read by
+// one query tile (a KV group's query heads run as rows of their KV head), converting as it reads
+// saves writing and re-reading a float32 copy of the whole visible cache.
+#pragma once
+
+#include "api/backends.h"
+
+namespace tileattn::cpu {
+
+// p as for cpu_forward, except that p.k and p.v hold kv_dtype elements (p.dtype is q's and out's).
+void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype);
+
+}  // namespace tileattn::cpu
