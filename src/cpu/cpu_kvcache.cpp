@@ -1,7 +1,7 @@
 // flash_attn_with_kvcache on the CPU: append the new tokens to the cache (rotating k), rotate q,
-// gather each sequence's visible keys into float32 rows, and run the CPU forward on that varlen
-// problem.  The gather costs one pass over the visible cache, the same order as the attention's
-// own reads at one query token; a decode kernel that reads pages in place is the CUDA backend's.
+// and run the CPU forward as a varlen problem over each sequence's visible keys: read in place
+// from a contiguous cache (any dtype, converted tile by tile), gathered into float32 rows from a
+// paged one.  With one new token and GQA, a KV group's query heads run as rows of their KV head.
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -97,6 +97,75 @@ struct KvCacheScratch {
   }
 };
 
+// Each sequence's visible keys (cache positions [first, end)) as the varlen forward's key rows.
+// A contiguous cache is read in place: seen as (entries x Smax) rows of Hk x D, sequence b's keys
+// are rows [entry * Smax + first, + keys), reached through cu_seqlens_k (the starts, in any order)
+// and seqused_k (the lengths), in the cache's dtype.  A paged cache (positions are not rows of one
+// tensor) is gathered into float32 rows packed by cu_seqlens_k.
+struct KeyRows {
+  const void* k;
+  const void* v;
+  int64_t k_row_stride, k_head_stride, v_row_stride, v_head_stride;
+  tileattn_dtype dtype;
+  std::vector<int32_t> cu_k, used_k;  // used_k empty when the rows are packed
+  int max_k = 0;
+  int64_t total_k = 0;
+};
+
+KeyRows visible_keys(const KvCacheParams& p, KvCacheScratch& scratch) {
+  const ForwardParams& f = p.fwd;
+  const int B = f.batch, Hk = f.num_heads_k, D = f.head_dim;
+  const int64_t rows_per_entry = f.k_row_stride > 0 ? f.k_batch_stride / f.k_row_stride : 0;
+  const bool in_place = p.block_table == nullptr && f.k_row_stride > 0 && f.k_batch_stride % f.k_row_stride == 0 &&
+                        f.v_row_stride > 0 && f.v_batch_stride == rows_per_entry * f.v_row_stride &&
+                        static_cast<int64_t>(p.num_cache_entries) * rows_per_entry < INT32_MAX;
+  KeyRows keys;
+  keys.cu_k.assign(B + 1, 0);
+  if (in_place) keys.used_k.resize(B);
+  for (int b = 0; b < B; ++b) {
+    const int64_t first = cache_first_key(p, b);
+    const int count = static_cast<int>(cache_end_key(p, b) - first);
+    if (in_place) {
+      const int64_t entry = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
+      keys.cu_k[b] = static_cast<int32_t>(entry * rows_per_entry + first);
+      keys.used_k[b] = count;
+    } else {
+      keys.cu_k[b + 1] = keys.cu_k[b] + count;
+    }
+    keys.max_k = std::max(keys.max_k, count);
+  }
+  if (in_place) {
+    keys.k = f.k, keys.v = f.v, keys.dtype = f.dtype;
+    keys.k_row_stride = f.k_row_stride, keys.k_head_stride = f.k_head_stride;
+    keys.v_row_stride = f.v_row_stride, keys.v_head_stride = f.v_head_stride;
+    keys.total_k = static_cast<int64_t>(p.num_cache_entries) * rows_per_entry;
+    return keys;
+  }
+  keys.total_k = keys.cu_k[B];
+  float* k = scratch.k.get(static_cast<size_t>(keys.total_k) * Hk * D);
+  float* v = scratch.v.get(static_cast<size_t>(keys.total_k) * Hk * D);
+  const std::vector<int32_t>& cu_k = keys.cu_k;
+  struct None {};
+  parallel_tasks<None>(
+      B, f.num_threads, [] { return None{}; },
+      [&](int64_t b, None&) {
+        const int64_t first = cache_first_key(p, static_cast<int>(b));
+        for (int64_t r = cu_k[b]; r < cu_k[b + 1]; ++r) {
+          const int64_t pos = first + r - cu_k[b];
+          for (int h = 0; h < Hk; ++h) {
+            load_row(f.dtype, f.k, cache_row_offset(p, b, pos, f.k_batch_stride, f.k_row_stride) + h * f.k_head_stride, D,
+                     k + (r * Hk + h) * D);
+            load_row(f.dtype, f.v, cache_row_offset(p, b, pos, f.v_batch_stride, f.v_row_stride) + h * f.v_head_stride, D,
+                     v + (r * Hk + h) * D);
+          }
+        }
+      });
+  keys.k = k, keys.v = v, keys.dtype = TILEATTN_FLOAT32;
+  keys.k_row_stride = keys.v_row_stride = static_cast<int64_t>(Hk) * D;
+  keys.k_head_stride = keys.v_head_stride = D;
+  return keys;
+}
+
 }  // namespace
 }  // namespace cpu
 
@@ -140,80 +209,29 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
         }
       });
 
-  // Each sequence's visible keys are cache positions [first, end).  A contiguous cache is read in
-  // place: seen as (entries x Smax) rows of Hk x D, sequence b's keys are rows
-  // [entry * Smax + first, + keys), which the varlen forward reaches through cu_seqlens_k (the
-  // starts, in any order) and seqused_k (the lengths); bf16/fp16 tiles are converted as they are
-  // read.  A paged cache (positions are not rows of one tensor) is gathered into float32 rows.
-  const int64_t k_rows_per_entry = f.k_row_stride > 0 ? f.k_batch_stride / f.k_row_stride : 0;
-  const bool in_place = p.block_table == nullptr && f.k_row_stride > 0 &&
-                        f.k_batch_stride % f.k_row_stride == 0 && f.v_row_stride > 0 &&
-                        f.v_batch_stride == k_rows_per_entry * f.v_row_stride &&
-                        static_cast<int64_t>(p.num_cache_entries) * k_rows_per_entry < INT32_MAX;
-  std::vector<int32_t> cu_q(B + 1), cu_k(B + 1, 0), used_k(B);
-  int max_k = 0;
-  for (int b = 0; b < B; ++b) {
-    cu_q[b + 1] = (b + 1) * rows_per_seq;
-    const int64_t first = cache_first_key(p, b);
-    const int keys = static_cast<int>(cache_end_key(p, b) - first);
-    if (in_place) {
-      const int64_t entry = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
-      cu_k[b] = static_cast<int32_t>(entry * k_rows_per_entry + first);
-      used_k[b] = keys;
-    } else {
-      cu_k[b + 1] = cu_k[b] + keys;
-    }
-    max_k = std::max(max_k, keys);
-  }
-  const int64_t total_k = in_place ? static_cast<int64_t>(p.num_cache_entries) * k_rows_per_entry : cu_k[B];
-  const size_t kv_elems = in_place ? 0 : static_cast<size_t>(total_k) * Hk * D;
-  float* k = in_place ? nullptr : scratch.k.get(kv_elems);
-  float* v = in_place ? nullptr : scratch.v.get(kv_elems);
-  struct None {};
-  if (!in_place) {
-    parallel_tasks<None>(
-        B, f.num_threads, [] { return None{}; },
-        [&](int64_t b, None&) {
-          const int64_t first = cache_first_key(p, static_cast<int>(b));
-          for (int64_t r = cu_k[b]; r < cu_k[b + 1]; ++r) {
-            const int64_t pos = first + r - cu_k[b];
-            for (int h = 0; h < Hk; ++h) {
-              load_row(f.dtype, f.k, cache_row_offset(p, b, pos, f.k_batch_stride, f.k_row_stride) + h * f.k_head_stride, D,
-                       k + (r * Hk + h) * D);
-              load_row(f.dtype, f.v, cache_row_offset(p, b, pos, f.v_batch_stride, f.v_row_stride) + h * f.v_head_stride, D,
-                       v + (r * Hk + h) * D);
-            }
-          }
-        });
-  }
+  std::vector<int32_t> cu_q(B + 1);
+  for (int b = 0; b <= B; ++b) cu_q[b] = b * rows_per_seq;
+  const KeyRows keys = visible_keys(p, scratch);
 
-  // The attention itself: a float32 varlen forward.
+  // The attention itself: a varlen forward, q and out in float32.
   const int64_t total_q = static_cast<int64_t>(B) * rows_per_seq;
   float* out = scratch.out.get(q_elems);
   float* lse = scratch.lse.get(static_cast<size_t>(heads) * total_q);
   ForwardParams g = f;
-  g.q = q, g.k = k, g.v = v, g.out = out, g.softmax_lse = lse;
-  g.num_heads = heads, g.seqlen_q = rows_per_seq;
+  g.q = q, g.out = out, g.softmax_lse = lse, g.k = keys.k, g.v = keys.v;
+  g.dtype = TILEATTN_FLOAT32;
+  g.num_heads = heads, g.seqlen_q = rows_per_seq, g.seqlen_k = keys.max_k;
   if (heads_as_rows) g.window_left = g.window_right = -1;  // one row: the mask hides nothing
   g.q_batch_stride = g.k_batch_stride = g.v_batch_stride = g.out_batch_stride = 0;
   g.q_row_stride = g.out_row_stride = static_cast<int64_t>(heads) * D;
-  g.k_row_stride = g.v_row_stride = static_cast<int64_t>(Hk) * D;
-  g.q_head_stride = g.k_head_stride = g.v_head_stride = g.out_head_stride = D;
+  g.q_head_stride = g.out_head_stride = D;
+  g.k_row_stride = keys.k_row_stride, g.k_head_stride = keys.k_head_stride;
+  g.v_row_stride = keys.v_row_stride, g.v_head_stride = keys.v_head_stride;
   g.lse_batch_stride = 0, g.lse_head_stride = total_q;
-  g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = cu_k.data(), g.seqused_k = nullptr;
-  if (in_place) {
-    g.k = f.k, g.v = f.v;
-    g.k_row_stride = f.k_row_stride, g.k_head_stride = f.k_head_stride;
-    g.v_row_stride = f.v_row_stride, g.v_head_stride = f.v_head_stride;
-    g.seqused_k = used_k.data();
-  }
-  g.total_q = total_q, g.total_k = total_k, g.seqlen_k = max_k;
-  g.dtype = TILEATTN_FLOAT32;  // q and out are the float32 rows above
-  if (in_place) {
-    forward_with_kv_tiles(g, f.dtype);
-  } else {
-    cpu_forward(g);
-  }
+  g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = keys.cu_k.data();
+  g.seqused_k = keys.used_k.empty() ? nullptr : keys.used_k.data();
+  g.total_q = total_q, g.total_k = keys.total_k;
+  forward_with_kv_tiles(g, keys.dtype);
 
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < Sq; ++i) {
