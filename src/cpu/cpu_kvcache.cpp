@@ -12,6 +12,7 @@
 #include "common/kvcache.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/parallel.h"
+#include "cpu/score_tile.h"  // kFwdBlockM
 #include "cpu/tile_io.h"
 
 namespace tileattn {
@@ -63,9 +64,10 @@ void append(const KvCacheParams& p) {
       });
 }
 
-// Float32 scratch kept across calls on the calling thread: a decode loop calls with the same sizes
-// every step, and buffers allocated afresh cost page faults and zeroing on every call (perf, 1 x
-// 32k with 8 KV heads at d128: about a fifth of the call in the kernel's page-fault path).  Not
+// Float32 scratch kept across calls on the calling thread (q, out and the LSE; K and V when they
+// are gathered): a decode loop calls with the same sizes every step, and buffers allocated afresh
+// cost page faults and zeroing on every call (perf, 1 x 32k with 8 KV heads at d128 gathered:
+// about a fifth of the call in the kernel's page-fault path).  Not
 // zero-initialized: every element is written before it is read.  Buffers above kKeepBytes are
 // released after the call, so a one-off long call does not pin its memory.
 class ReusedBuffer {
@@ -100,8 +102,11 @@ struct KvCacheScratch {
 // Each sequence's visible keys (cache positions [first, end)) as the varlen forward's key rows.
 // A contiguous cache is read in place: seen as (entries x Smax) rows of Hk x D, sequence b's keys
 // are rows [entry * Smax + first, + keys), reached through cu_seqlens_k (the starts, in any order)
-// and seqused_k (the lengths), in the cache's dtype.  A paged cache (positions are not rows of one
-// tensor) is gathered into float32 rows packed by cu_seqlens_k.
+// and seqused_k (the lengths), in the cache's dtype.  The forward then converts a bf16/fp16 tile
+// every time a query tile reads it, which pays only when one query tile reads each K/V tile
+// (tile_read_once): with a group's query heads read separately, 1 x 32k bf16 with ALiBi took 147
+// ms in place against 95 gathered.  Otherwise, and for a paged cache (positions are not rows of
+// one tensor), the keys are gathered into float32 rows packed by cu_seqlens_k.
 struct KeyRows {
   const void* k;
   const void* v;
@@ -112,11 +117,12 @@ struct KeyRows {
   int64_t total_k = 0;
 };
 
-KeyRows visible_keys(const KvCacheParams& p, KvCacheScratch& scratch) {
+KeyRows visible_keys(const KvCacheParams& p, bool tile_read_once, KvCacheScratch& scratch) {
   const ForwardParams& f = p.fwd;
   const int B = f.batch, Hk = f.num_heads_k, D = f.head_dim;
   const int64_t rows_per_entry = f.k_row_stride > 0 ? f.k_batch_stride / f.k_row_stride : 0;
-  const bool in_place = p.block_table == nullptr && f.k_row_stride > 0 && f.k_batch_stride % f.k_row_stride == 0 &&
+  const bool in_place = (f.dtype == TILEATTN_FLOAT32 || tile_read_once) && p.block_table == nullptr &&
+                        f.k_row_stride > 0 && f.k_batch_stride % f.k_row_stride == 0 &&
                         f.v_row_stride > 0 && f.v_batch_stride == rows_per_entry * f.v_row_stride &&
                         static_cast<int64_t>(p.num_cache_entries) * rows_per_entry < INT32_MAX;
   KeyRows keys;
@@ -153,10 +159,10 @@ KeyRows visible_keys(const KvCacheParams& p, KvCacheScratch& scratch) {
         for (int64_t r = cu_k[b]; r < cu_k[b + 1]; ++r) {
           const int64_t pos = first + r - cu_k[b];
           for (int h = 0; h < Hk; ++h) {
-            load_row(f.dtype, f.k, cache_row_offset(p, b, pos, f.k_batch_stride, f.k_row_stride) + h * f.k_head_stride, D,
-                     k + (r * Hk + h) * D);
-            load_row(f.dtype, f.v, cache_row_offset(p, b, pos, f.v_batch_stride, f.v_row_stride) + h * f.v_head_stride, D,
-                     v + (r * Hk + h) * D);
+            const int64_t k_at = cache_row_offset(p, b, pos, f.k_batch_stride, f.k_row_stride) + h * f.k_head_stride;
+            const int64_t v_at = cache_row_offset(p, b, pos, f.v_batch_stride, f.v_row_stride) + h * f.v_head_stride;
+            load_row(f.dtype, f.k, k_at, D, k + (r * Hk + h) * D);
+            load_row(f.dtype, f.v, v_at, D, v + (r * Hk + h) * D);
           }
         }
       });
@@ -211,7 +217,10 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
 
   std::vector<int32_t> cu_q(B + 1);
   for (int b = 0; b <= B; ++b) cu_q[b] = b * rows_per_seq;
-  const KeyRows keys = visible_keys(p, scratch);
+  // One query tile per (sequence, forward head) reads each K/V tile when the forward's heads are
+  // the KV heads and a sequence's rows fit one tile.
+  const bool tile_read_once = heads == Hk && rows_per_seq <= kFwdBlockM;
+  const KeyRows keys = visible_keys(p, tile_read_once, scratch);
 
   // The attention itself: a varlen forward, q and out in float32.
   const int64_t total_q = static_cast<int64_t>(B) * rows_per_seq;

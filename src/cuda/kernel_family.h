@@ -1,9 +1,11 @@
 // Which kernel family serves a call on this GPU: the Hopper (sm90a: wgmma, TMA) kernels run on
 // compute capability 9.0 only, and an environment variable per direction lets a user force the
 // sm80 family (for comparisons, or as an escape hatch):
-//   TILEATTN_FORWARD_FAMILY, TILEATTN_BACKWARD_FAMILY, TILEATTN_DECODE_FAMILY = auto (default) | sm90 | sm80
+//   TILEATTN_FORWARD_FAMILY, TILEATTN_BACKWARD_FAMILY, TILEATTN_DECODE_FAMILY
+//     = auto (default) | sm90 | sm80
 // auto and sm90 use the Hopper kernels where they apply (the decode's auto only at the sizes where
-// they are faster); any other value is an error naming the variable.  Read on every call, so one process (a test, a benchmark) can switch families.
+// they are faster); any other value is an error naming the variable.  Read on every call, so one
+// process (a test, a benchmark) can switch families.
 #pragma once
 
 #include <cuda_runtime.h>
