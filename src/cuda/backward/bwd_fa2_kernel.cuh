@@ -88,14 +88,27 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
     return key_block_range(m * kBlockM, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k, f.window_left,
                            f.window_right);
   };
-  auto next_visited = [&](int m) {  // the first visited block at or below m, or -1
-    for (; m >= 0; --m) {
-      const KeyBlockRange r = key_range(m);
-      if (n_block >= r.n_block_min && n_block < r.n_block_max) break;
-    }
-    return m;
+  auto visits = [&](int m) {
+    const KeyBlockRange r = key_range(m);
+    return n_block >= r.n_block_min && n_block < r.n_block_max;
   };
-  int m_block = n0 < seq.seqlen_k ? next_visited(num_m_blocks - 1) : -1;
+  // The visited blocks are one run [m_lo, m_hi] (a causal or window mask's visible query rows of a
+  // key block are contiguous).
+  int m_hi = n0 < seq.seqlen_k ? num_m_blocks - 1 : -1;
+  while (m_hi >= 0 && !visits(m_hi)) --m_hi;
+  int m_lo = m_hi;
+  while (m_lo > 0 && visits(m_lo - 1)) --m_lo;
+  const int visited = m_hi >= 0 ? m_hi - m_lo + 1 : 0;
+  // With atomic dQ the walk starts n_block % visited blocks below the top and wraps around, so the
+  // CTAs of one head, which run at the same time, add to different query blocks' dQ rows instead
+  // of all to the same ones (in L2 the atomics to one line serialize).  Deterministic turns keep
+  // the plain order.
+  const int rotation = a.dq_turns == nullptr && visited > 0 ? n_block % visited : 0;
+  auto walk_at = [&](int step) {  // the step-th visited block of this CTA's walk, or -1 after the last
+    return step >= visited ? -1 : m_lo + ((visited - 1 - rotation - step) % visited + visited) % visited;
+  };
+  int step = 0;
+  int m_block = walk_at(0);
 
   // Shared memory: the cp.async destinations.
   auto smem_ptr = [&](int offset) { return make_smem_ptr(reinterpret_cast<Element*>(smem + offset)); };
@@ -183,7 +196,7 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
 
   for (int stage = 0; m_block >= 0; stage ^= 1) {
     const int m0 = m_block * kBlockM;
-    const int m_next = next_visited(m_block - 1);
+    const int m_next = walk_at(++step);
     const KeyBlockRange range = key_range(m_block);
     // This block's row statistics were loaded during the previous block; the next block's load
     // now and land during this block's products.
