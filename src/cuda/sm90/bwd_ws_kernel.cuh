@@ -4,19 +4,23 @@
 //
 //   producer warp 0 (one thread): K, V once; per query block, once its stage is free: Q_i, dO_i (TMA)
 //   producer warp 1:              per query block: LSE_i (log2 units) and D_i into the stage
+//   producer warp 2 (dQ writer):  per query block: adds dQ_i from shared memory to the float32
+//                                 workspace by bulk reductions (in key-block order when deterministic)
 //   consumer g (keys 64g .. 64g + 63), per query block i:
 //     S^T = K_g Q_i^T,  dP^T = V_g dO_i^T                    (wgmma, both operands in smem)
 //     P^T = exp2(S^T scale_log2 - LSE_i)   (0 where masked)  -- while dP^T is on the tensor cores
 //     dS^T = P^T o (dP^T - D_i)
 //     dV_g += P^T dO_i,  dK_g += dS^T Q_i                    (wgmma, A from registers)
 //     dS -> smem;  barrier with the other consumer;  dQ_i[:, 64g..] = dS K  (wgmma, smem)
-//     release the stage;  dQ_i += by float atomics (in key-block order when deterministic)
+//     release the stage;  dQ_i -> shared memory for the writer
 //   then dK_g (times the softmax scale) and dV_g to global memory.
 //
 // What it changes against the FA2-structured kernel: no thread waits for its own loads (the TMA
 // producer runs a stage ahead), no CTA-wide barrier (the consumers meet once per block, over dS),
-// and the keys as the M mode give P^T and dS^T in registers in the A layout of the dV and dK
-// products, so P never goes through shared memory.
+// the keys as the M mode give P^T and dS^T in registers in the A layout of the dV and dK
+// products, so P never goes through shared memory, and the consumers issue no atomics (the first
+// version's float2 atomics, issued by every CTA of a head at the same moment, made it 10-50% slower
+// than the FA2-structured kernel while its deterministic mode, which spreads them, was faster).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -26,10 +30,12 @@
 #include "common/mask.h"
 #include "common/sequence.h"
 #include "cuda/backward/bwd_args.h"
+#include "cuda/backward/bwd_dq_turns.cuh"
 #include "cuda/backward/bwd_tiles.cuh"  // kLog2e
 #include "cuda/cute_utils.h"
 #include "cuda/mask_policy.h"
 #include "cuda/softmax_state.h"  // fast_exp2
+#include "cuda/sm90/bulk_copy.h"
 #include "cuda/sm90/bwd_ws_traits.h"
 #include "cuda/sm90/pipeline_sm90.h"
 #include "cuda/sm90/softmax_sm90.h"  // the accumulator's (rows, cols) and A-operand views
@@ -49,8 +55,7 @@ struct BwdWsParams {
 };
 
 // Named barriers of the two consumer warpgroups (0 is __syncthreads, unused here).
-constexpr int kWsDsBarrier = 1;    // both halves of dS are in shared memory
-constexpr int kWsTurnBarrier = 2;  // deterministic dQ turns
+constexpr int kWsDsBarrier = 1;  // both halves of dS are in shared memory
 
 // The query blocks a key block sees, from the last down (the forward's visibility rule).
 struct BwdWalk {
@@ -132,22 +137,47 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typena
   }
 }
 
-// Deterministic dQ among the 256 consumer threads (the producer warps never take part): the first
-// consumer thread polls the block's counter, a named barrier releases the others.
-__device__ __forceinline__ void ws_wait_for_turn(const int* counter, int turn) {
-  if (threadIdx.x == 128) {
-    int seen;
-    while (true) {
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-      if (seen == turn) break;
-      __nanosleep(32);
+// Warp 2 of the producer warpgroup: each query block's dQ, once both consumers have written their
+// halves to shared memory, goes to the float32 workspace as one 512-byte bulk reduction per row
+// (rows past seqlen_q are not sent: in a packed batch they would be the next sequence's).  When
+// deterministic, lane 0 waits for the block's turn first and releases it after the reductions have
+// landed, so the consumers never wait for a turn.
+template <typename Traits>
+__device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Traits::SharedStorage& ss,
+                                            const BwdWalk& walk, int first, int b, int h) {
+  const tileattn_fwd_params& f = a.p.fwd;
+  const int lane = threadIdx.x % 32;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  uint32_t phase = 0;
+  for (int m = first; m >= 0; m = walk.next(m - 1)) {
+    EmptyBarrier::wait(&ss.dq_full, phase);
+    const int m0 = m * Traits::kBlockM;
+    const int valid_rows = walk.seq.seqlen_q - m0;
+    float* gdq = a.dq_accum + (h * a.q_rows + packed_q_row(f, walk.seq, m0)) * kHeadDim;
+    int* counter = nullptr;
+    if (a.dq_turns != nullptr) {
+      counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m;
+      if (lane == 0) bwd::poll_for_turn(counter, walk.n_block - walk.range(m).n_block_min);
+      __syncwarp();
+      fence_proxy_async_global();  // the reductions come after the acquired turn
     }
+    for (int r = lane; r < Traits::kBlockM; r += 32) {
+      if (r < valid_rows) bulk_reduce_add_f32(gdq + r * kHeadDim, ss.dq + r * Traits::kDqPitch, kHeadDim * 4);
+    }
+    bulk_commit();
+    if (counter != nullptr) {
+      bulk_wait_done();
+      fence_proxy_async_global();
+      __syncwarp();
+      if (lane == 0) bwd::release_turn(counter);
+    } else {
+      bulk_wait_read();
+      __syncwarp();
+    }
+    if (lane == 0) EmptyBarrier::arrive(&ss.dq_empty);
+    phase ^= 1u;
   }
-  named_barrier_sync(kWsTurnBarrier, 256);
-}
-__device__ __forceinline__ void ws_pass_turn(int* counter) {
-  named_barrier_sync(kWsTurnBarrier, 256);
-  if (threadIdx.x == 128) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" : : "l"(counter) : "memory");
+  bulk_wait_done();
 }
 
 template <typename Traits>
@@ -213,6 +243,7 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   if (first >= 0) FullBarrier::wait(&ss.kv_full, 0);
   StageCounter<Traits::kStages> stage;
   int buffer = 0;
+  uint32_t dq_phase = 0;
   for (int m = first; m >= 0; m = walk.next(m - 1)) {
     const int m0 = m * kBlockM;
     const KeyBlockRange range = walk.range(m);
@@ -278,27 +309,17 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     warpgroup_fence_operand(acc_dq);
     EmptyBarrier::arrive(&ss.q_empty[stage.index]);  // Q, dO, LSE and D of this stage are done with
 
-    // dQ_i += (unscaled; the finish kernel applies the softmax scale)
-    float* gdq = a.dq_accum + (h * a.q_rows + packed_q_row(f, seq, m0)) * kHeadDim + g * (kHeadDim / 2);
-    Tensor gdQ = make_tensor(make_gmem_ptr(gdq), Layout<Shape<M, DC>, Stride<Int<kHeadDim>, _1>>{});
-    Tensor tdQgdQ = thr_dq.partition_C(gdQ);
-    const int valid_rows = seq.seqlen_q - m0;
-    auto add = [&]() __attribute__((always_inline)) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_dq); i += 2) {
-        if (get<0>(cdQ(i)) < valid_rows) {
-          atomicAdd(reinterpret_cast<float2*>(&tdQgdQ(i)), make_float2(acc_dq(i), acc_dq(i + 1)));
-        }
-      }
-    };
-    if (a.dq_turns != nullptr) {
-      int* counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m;
-      ws_wait_for_turn(counter, walk.n_block - range.n_block_min);
-      add();
-      ws_pass_turn(counter);
-    } else {
-      add();
+    // dQ_i (unscaled; the finish kernel applies the softmax scale) -> the writer's buffer, once
+    // its bulk copies of the previous block have read it.
+    EmptyBarrier::wait(&ss.dq_empty, dq_phase ^ 1u);
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_dq); i += 2) {
+      const int r = get<0>(cdQ(i)), c = g * (kHeadDim / 2) + get<1>(cdQ(i));
+      *reinterpret_cast<float2*>(ss.dq + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
     }
+    fence_proxy_async_shared();  // generic writes, read next by the TMA unit
+    EmptyBarrier::arrive(&ss.dq_full);
+    dq_phase ^= 1u;
     stage.advance();
     buffer ^= 1;
   }
@@ -346,6 +367,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
       FullBarrier::init(&ss.q_full[s], 1 + 32);  // the TMA arm and the 32 row-statistics lanes
       EmptyBarrier::init(&ss.q_empty[s], Traits::kConsumerThreads);
     }
+    EmptyBarrier::init(&ss.dq_full, Traits::kConsumerThreads);
+    EmptyBarrier::init(&ss.dq_empty, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -359,6 +382,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
       ws_load_tiles<Traits>(prm, ss, walk, first, b, h, h / (f.num_heads / f.num_heads_k));
     } else if (warp == 1) {
       ws_stage_row_stats<Traits>(prm.a, ss, walk, first, h);
+    } else if (warp == 2) {
+      ws_write_dq<Traits>(prm.a, ss, walk, first, b, h);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();

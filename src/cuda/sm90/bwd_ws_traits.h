@@ -3,7 +3,8 @@
 // Holds no logic.
 //
 // A CTA owns kBlockN = 128 keys and walks 64-row query blocks.  Warpgroup 0 is the producer (TMA
-// loads of K, V once and of Q, dO per block; a second warp stages the block's LSE and D); each of
+// loads of K, V once and of Q, dO per block; a second warp stages the block's LSE and D; a third
+// adds each block's dQ to the workspace by bulk reductions); each of
 // the two consumer warpgroups owns 64 of the keys and computes with the keys as the M mode
 // (FlashAttention-3's "swapped" S), so P^T and dS^T come out of S^T = K Q^T and dP^T = V dO^T in
 // registers already in the layout of the A operand of dV += P^T dO and dK += dS^T Q.  Only
@@ -81,6 +82,10 @@ struct BwdWsTraits {
       cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
       cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<_N, _D>{}, cute::_1{}));
 
+  // dQ staging rows: kHeadDim + 8 floats (544 B at d128), so a warp's 8-byte stores of 8 rows of
+  // the wgmma accumulator land in 4 distinct 32-byte bank groups (the 2-wavefront minimum), and
+  // every row stays 16-byte aligned for its bulk reduction.
+  static constexpr int kDqPitch = kHeadDim + 8;
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
 
@@ -90,11 +95,16 @@ struct BwdWsTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
+    // dQ of one query block on its way to the workspace (the dQ writer warp's bulk reductions):
+    // float32 rows padded to kDqPitch.
+    alignas(128) float dq[kBlockM * (kHeadDim + 8)];
     float lse_log2[kStages][kBlockM];  // LSE in log2 units, +inf past seqlen_q
     float delta[kStages][kBlockM];     // D = rowsum(dO o O), 0 past seqlen_q
     uint64_t kv_full;
     uint64_t q_full[kStages];   // Q, dO landed (TMA bytes) and LSE, D staged (32 loader lanes)
     uint64_t q_empty[kStages];  // every consumer thread is done with the stage
+    uint64_t dq_full;           // both consumers' dQ halves are in `dq` (256 arrivals)
+    uint64_t dq_empty;          // the writer's bulk copies have read `dq` (1 arrival)
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "H100/H200 opt-in shared memory per block");
