@@ -57,27 +57,42 @@ struct BwdWsParams {
 // Named barriers of the two consumer warpgroups (0 is __syncthreads, unused here).
 constexpr int kWsDsBarrier = 1;  // both halves of dS are in shared memory
 
-// The query blocks a key block sees, from the last down (the forward's visibility rule).
+// The query blocks a key block sees: one run [m_lo, m_hi] (a causal or window mask's visible query
+// rows of a key block are contiguous), walked from the top down.  With atomic-free but still
+// simultaneous dQ reductions, the CTAs of one head would all add to the same query block's rows at
+// the same moment, and additions to one line serialize in L2, so unless the deterministic turns
+// fix the order, each key block starts n_block % visited blocks below the top and wraps around.
+// Every role of the CTA walks the same sequence.
 struct BwdWalk {
   const tileattn_fwd_params* f;
   SequenceView seq;
   int n_block, block_m, block_n;
+  int m_lo = 0, m_hi = -1, visited = 0, rotation = 0;
+
   __device__ KeyBlockRange range(int m) const {
     return key_block_range(m * block_m, block_m, block_n, seq.seqlen_q, seq.seqlen_k, f->window_left,
                            f->window_right);
   }
-  __device__ int next(int m) const {  // the first visited query block at or below m, or -1
-    for (; m >= 0; --m) {
-      const KeyBlockRange r = range(m);
-      if (n_block >= r.n_block_min && n_block < r.n_block_max) break;
-    }
-    return m;
+  __device__ bool visits(int m) const {
+    const KeyBlockRange r = range(m);
+    return n_block >= r.n_block_min && n_block < r.n_block_max;
+  }
+  __device__ void plan(bool rotate) {
+    m_hi = (seq.seqlen_q + block_m - 1) / block_m - 1;
+    while (m_hi >= 0 && !visits(m_hi)) --m_hi;
+    m_lo = m_hi;
+    while (m_lo > 0 && visits(m_lo - 1)) --m_lo;
+    visited = m_hi >= 0 ? m_hi - m_lo + 1 : 0;
+    rotation = rotate && visited > 0 ? n_block % visited : 0;
+  }
+  __device__ int at(int step) const {  // the step-th query block of the walk, or -1 after the last
+    return step >= visited ? -1 : m_lo + ((visited - 1 - rotation - step) % visited + visited) % visited;
   }
 };
 
 template <typename Traits>
 __device__ __forceinline__ void ws_load_tiles(BwdWsParams<Traits> const& prm, typename Traits::SharedStorage& ss,
-                                              const BwdWalk& walk, int first, int b, int h, int head_k) {
+                                              const BwdWalk& walk, int b, int h, int head_k) {
   using namespace cute;
   using M = typename Traits::_M;
   using N = typename Traits::_N;
@@ -103,7 +118,7 @@ __device__ __forceinline__ void ws_load_tiles(BwdWsParams<Traits> const& prm, ty
   copy(prm.tma_k.with(ss.kv_full), get<0>(k_parts)(_, walk.n_block), get<1>(k_parts)(_, 0));
   copy(prm.tma_v.with(ss.kv_full), get<0>(v_parts)(_, walk.n_block), get<1>(v_parts)(_, 0));
   StageCounter<Traits::kStages> stage;
-  for (int m = first; m >= 0; m = walk.next(m - 1)) {
+  for (int step = 0, m = walk.at(0); m >= 0; m = walk.at(++step)) {
     EmptyBarrier::wait(&ss.q_empty[stage.index], stage.phase ^ 1u);
     FullBarrier::arrive_and_expect_tx(&ss.q_full[stage.index], 2 * Traits::kQTileBytes);
     copy(prm.tma_q.with(ss.q_full[stage.index]), get<0>(q_parts)(_, m), get<1>(q_parts)(_, stage.index));
@@ -116,11 +131,11 @@ __device__ __forceinline__ void ws_load_tiles(BwdWsParams<Traits> const& prm, ty
 // there) and D (0 past seqlen_q), then one arrival per lane on the stage's full barrier.
 template <typename Traits>
 __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typename Traits::SharedStorage& ss,
-                                                   const BwdWalk& walk, int first, int h) {
+                                                   const BwdWalk& walk, int h) {
   const tileattn_fwd_params& f = a.p.fwd;
   const int lane = threadIdx.x % 32;
   StageCounter<Traits::kStages> stage;
-  for (int m = first; m >= 0; m = walk.next(m - 1)) {
+  for (int step = 0, m = walk.at(0); m >= 0; m = walk.at(++step)) {
     EmptyBarrier::wait(&ss.q_empty[stage.index], stage.phase ^ 1u);
     for (int r = lane; r < Traits::kBlockM; r += 32) {
       const int row = m * Traits::kBlockM + r;
@@ -144,12 +159,12 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typena
 // landed, so the consumers never wait for a turn.
 template <typename Traits>
 __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Traits::SharedStorage& ss,
-                                            const BwdWalk& walk, int first, int b, int h) {
+                                            const BwdWalk& walk, int b, int h) {
   const tileattn_fwd_params& f = a.p.fwd;
   const int lane = threadIdx.x % 32;
   constexpr int kHeadDim = Traits::kHeadDim;
   uint32_t phase = 0;
-  for (int m = first; m >= 0; m = walk.next(m - 1)) {
+  for (int step = 0, m = walk.at(0); m >= 0; m = walk.at(++step)) {
     EmptyBarrier::wait(&ss.dq_full, phase);
     const int m0 = m * Traits::kBlockM;
     const int valid_rows = walk.seq.seqlen_q - m0;
@@ -244,7 +259,7 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   StageCounter<Traits::kStages> stage;
   int buffer = 0;
   uint32_t dq_phase = 0;
-  for (int m = first; m >= 0; m = walk.next(m - 1)) {
+  for (int step = 0, m = walk.at(0); m >= 0; m = walk.at(++step)) {
     const int m0 = m * kBlockM;
     const KeyBlockRange range = walk.range(m);
     FullBarrier::wait(&ss.q_full[stage.index], stage.phase);
@@ -352,10 +367,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const tileattn_fwd_params& f = prm.a.p.fwd;
   const int b = blockIdx.y, h = blockIdx.z;
-  const BwdWalk walk{&f, sequence_view(f, b), static_cast<int>(blockIdx.x), Traits::kBlockM, Traits::kBlockN};
+  BwdWalk walk{&f, sequence_view(f, b), static_cast<int>(blockIdx.x), Traits::kBlockM, Traits::kBlockN};
   if (walk.n_block * Traits::kBlockN >= walk.seq.seqlen_k) return;
-  const int num_m_blocks = (walk.seq.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  const int first = walk.next(num_m_blocks - 1);
+  walk.plan(/*rotate=*/prm.a.dq_turns == nullptr);
+  const int first = walk.at(0);
 
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
@@ -379,11 +394,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
     const int warp = threadIdx.x / 32;
     if (first < 0) return;
     if (warp == 0 && threadIdx.x == 0) {
-      ws_load_tiles<Traits>(prm, ss, walk, first, b, h, h / (f.num_heads / f.num_heads_k));
+      ws_load_tiles<Traits>(prm, ss, walk, b, h, h / (f.num_heads / f.num_heads_k));
     } else if (warp == 1) {
-      ws_stage_row_stats<Traits>(prm.a, ss, walk, first, h);
+      ws_stage_row_stats<Traits>(prm.a, ss, walk, h);
     } else if (warp == 2) {
-      ws_write_dq<Traits>(prm.a, ss, walk, first, b, h);
+      ws_write_dq<Traits>(prm.a, ss, walk, b, h);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
