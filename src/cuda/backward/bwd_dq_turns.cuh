@@ -13,17 +13,23 @@
 
 namespace tileattn::cuda::bwd {
 
-// Blocks until the counter reaches `turn` (the number of CTAs that add to this query block
-// before us).  One thread polls with acquire loads; the barrier then releases the whole CTA.
-__device__ __forceinline__ void wait_for_turn(const int* counter, int turn) {
-  if (threadIdx.x == 0) {
-    int seen;
-    while (true) {
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-      if (seen == turn) break;
-      __nanosleep(32);
-    }
+// One thread: spins until the counter reaches `turn` (the number of CTAs that add to this query
+// block before us), with acquire loads; then releases the counter to the next CTA.
+__device__ __forceinline__ void poll_for_turn(const int* counter, int turn) {
+  int seen;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen == turn) break;
+    __nanosleep(32);
   }
+}
+__device__ __forceinline__ void release_turn(int* counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" : : "l"(counter) : "memory");
+}
+
+// The whole CTA: thread 0 polls, the barrier then releases the others.
+__device__ __forceinline__ void wait_for_turn(const int* counter, int turn) {
+  if (threadIdx.x == 0) poll_for_turn(counter, turn);
   __syncthreads();
 }
 
@@ -31,9 +37,7 @@ __device__ __forceinline__ void wait_for_turn(const int* counter, int turn) {
 // orders them before thread 0's release increment (CUTLASS's generic-barrier pattern).
 __device__ __forceinline__ void pass_turn(int* counter) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" : : "l"(counter) : "memory");
-  }
+  if (threadIdx.x == 0) release_turn(counter);
 }
 
 }  // namespace tileattn::cuda::bwd

@@ -1,0 +1,70 @@
+// Host side of the warp-specialized Hopper backward (bwd_ws_kernel.cuh): which calls it serves,
+// the TMA descriptors of q, dout, k and v, and the launch.  Included by the generated sm_90a
+// backward instances (bwd_sm90_instance.cu.in).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/backward/bwd_args.h"
+#include "cuda/check.h"
+#include "cuda/sm90/bwd_ws_kernel.cuh"
+
+namespace tileattn::cuda::sm90 {
+
+// Opt-in while it is new: TILEATTN_BACKWARD_WS=1.  It covers dense batches (no cu_seqlens,
+// seqused_k), no dropout, softcap or ALiBi, head dims 65-128 with 16-byte aligned rows; every
+// other call runs the FA2-structured kernel.
+inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
+  const char* flag = std::getenv("TILEATTN_BACKWARD_WS");
+  if (flag == nullptr || std::strcmp(flag, "1") != 0) return false;
+  const tileattn_fwd_params& f = a.p.fwd;
+  return f.cu_seqlens_q == nullptr && f.cu_seqlens_k == nullptr && f.seqused_k == nullptr &&
+         f.dropout_p == 0.f && f.softcap == 0.f && f.alibi_slopes == nullptr && f.head_dim > 64 &&
+         f.head_dim <= 128 && a.vector_q && a.vector_k && a.vector_v && a.vector_dout;
+}
+
+template <int kHeadDim, typename Element>
+void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
+  using namespace cute;
+  using Traits = BwdWsTraits<kHeadDim, Element>;
+  const tileattn_fwd_params& f = a.p.fwd;
+  BwdWsParams<Traits> prm;
+  prm.a = a;
+  prm.q_shape = make_shape(f.seqlen_q, f.head_dim, f.num_heads, f.batch);
+  prm.kv_shape = make_shape(f.seqlen_k, f.head_dim, f.num_heads_k, f.batch);
+  auto view = [&](const void* ptr, int rows, int heads, int64_t row_stride, int64_t head_stride,
+                  int64_t batch_stride) {
+    return make_tensor(make_gmem_ptr(static_cast<const Element*>(ptr)),
+                       make_layout(make_shape(rows, f.head_dim, heads, f.batch),
+                                   make_stride(row_stride, _1{}, head_stride, batch_stride)));
+  };
+  using QTile = Shape<typename Traits::_M, typename Traits::_D>;
+  using KVTile = Shape<typename Traits::_N, typename Traits::_D>;
+  auto q_smem = take<0, 2>(typename Traits::SmemLayoutQ{});
+  auto kv_smem = take<0, 2>(typename Traits::SmemLayoutKV{});
+  prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, view(f.q, f.seqlen_q, f.num_heads, f.q_row_stride, f.q_head_stride, f.q_batch_stride),
+                            q_smem, QTile{}, _1{});
+  prm.tma_do = make_tma_copy(SM90_TMA_LOAD{},
+                             view(a.p.dout, f.seqlen_q, f.num_heads, a.p.dout_row_stride, a.p.dout_head_stride,
+                                  a.p.dout_batch_stride),
+                             q_smem, QTile{}, _1{});
+  prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, view(f.k, f.seqlen_k, f.num_heads_k, f.k_row_stride, f.k_head_stride, f.k_batch_stride),
+                            kv_smem, KVTile{}, _1{});
+  prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, view(f.v, f.seqlen_k, f.num_heads_k, f.v_row_stride, f.v_head_stride, f.v_batch_stride),
+                            kv_smem, KVTile{}, _1{});
+
+  auto kernel = &bwd_ws_kernel<Traits>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  static const cudaError_t opt_in = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  check_cuda(opt_in, "bwd_ws_kernel smem opt-in");
+  const dim3 grid((f.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, f.batch, f.num_heads);
+  kernel<<<grid, Traits::kThreads, kSmem, stream>>>(prm);
+  check_cuda(cudaGetLastError(), "bwd_ws_kernel");
+}
+
+}  // namespace tileattn::cuda::sm90

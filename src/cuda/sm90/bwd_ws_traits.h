@@ -1,0 +1,113 @@
+// Types of the warp-specialized Hopper backward (bwd_ws_kernel.cuh) for one (head dim, dtype):
+// tiles, shared-memory layouts, the four tiled MMAs, the TMA copy types and the shared storage.
+// Holds no logic.
+//
+// A CTA owns kBlockN = 128 keys and walks 64-row query blocks.  Warpgroup 0 is the producer (TMA
+// loads of K, V once and of Q, dO per block; a second warp stages the block's LSE and D; a third
+// adds each block's dQ to the workspace by bulk reductions); each of
+// the two consumer warpgroups owns 64 of the keys and computes with the keys as the M mode
+// (FlashAttention-3's "swapped" S), so P^T and dS^T come out of S^T = K Q^T and dP^T = V dO^T in
+// registers already in the layout of the A operand of dV += P^T dO and dK += dS^T Q.  Only
+// dQ = dS K needs both consumers' keys: dS goes through shared memory once, and each consumer
+// computes 64 of dQ's head-dim columns.
+// Per consumer thread: dV and dK 64 floats each, S^T and dP^T 32 each, dQ 32 (after S^T and dP^T
+// are dead): the 240 registers setmaxnreg gives two consumer warpgroups.
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+
+namespace tileattn::cuda::sm90 {
+
+template <int kHeadDim_, typename Element_>
+struct BwdWsTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;           // query rows per step
+  static constexpr int kBlockN = 128;          // keys per CTA
+  static constexpr int kKeysPerConsumer = 64;  // wgmma M of S^T
+  static constexpr int kStages = 2;            // Q / dO / LSE / D buffers
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kThreads = 384;
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(kHeadDim == 128, "the first version covers head dims 65..128");
+
+  using _M = cute::Int<kBlockM>;
+  using _N = cute::Int<kBlockN>;
+  using _KC = cute::Int<kKeysPerConsumer>;
+  using _D = cute::Int<kHeadDim>;
+  using _DC = cute::Int<kHeadDim / 2>;  // dQ columns per consumer
+  using _S = cute::Int<kStages>;
+
+  // (rows, head dim) tiles K-major with the 128-byte swizzle: what TMA writes and wgmma reads.
+  using Atom = cute::GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(cute::tile_to_shape(Atom{}, cute::Shape<_M, _D, _S>{}));  // Q and dO
+  using SmemLayoutKV = decltype(cute::tile_to_shape(Atom{}, cute::Shape<_N, _D, cute::_1>{}));  // one stage
+  // (head dim, rows) views of the same bytes, the MN-major B operands of dV, dK (dO^T, Q^T) and
+  // of dQ (K^T).
+  using SmemLayoutQt = decltype(cute::composition(
+      SmemLayoutQ{}, cute::make_ordered_layout(cute::Shape<_D, _M, _S>{}, cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  using SmemLayoutKt = decltype(cute::composition(
+      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<_D, _N, cute::_1>{}, cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  // dS as dQ's A operand: (query rows, keys), the query rows contiguous (MN-major), two buffers so
+  // a consumer can write block i + 1's while the other still reads block i's.  dSt: the same bytes
+  // as (keys, query rows), the layout each consumer's dS^T registers are stored through.
+  using SmemLayoutdS = decltype(cute::tile_to_shape(cute::GMMA::Layout_MN_SW128_Atom<Element>{},
+                                                    cute::Shape<_M, _N, cute::_2>{}));
+  using SmemLayoutdSt = decltype(cute::composition(
+      SmemLayoutdS{}, cute::make_ordered_layout(cute::Shape<_N, _M, cute::_2>{}, cute::Step<cute::_2, cute::_1, cute::_3>{})));
+
+  // S^T = K Q^T and dP^T = V dO^T: M = 64 keys, N = 64 query rows, K = head dim; both K-major.
+  using TiledMmaSdP = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<_KC, _M, _D>>()));
+  // dV += P^T dO and dK += dS^T Q: A from registers, B = dO^T / Q^T (head dim contiguous).
+  using TiledMmadKV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<_KC, _D, _M>, cute::GMMA::Major::K,
+                                 cute::GMMA::Major::MN>()));
+  // dQ = dS K for this consumer's half of the head dim: A = dS (query rows contiguous), B = K^T.
+  using TiledMmadQ = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<_M, _DC, _N>, cute::GMMA::Major::MN,
+                                 cute::GMMA::Major::MN>()));
+
+  // Global tensors as TMA sees them: (rows, head dim, heads, batch), head dim contiguous.
+  using GmemLayout = cute::Layout<cute::Shape<int32_t, int32_t, int32_t, int32_t>,
+                                  cute::Stride<int64_t, cute::_1, int64_t, int64_t>>;
+  using TmaQ = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      cute::take<0, 2>(SmemLayoutQ{}), cute::Shape<_M, _D>{}, cute::_1{}));
+  using TmaKV = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<_N, _D>{}, cute::_1{}));
+
+  // dQ staging rows: kHeadDim + 8 floats (544 B at d128), so a warp's 8-byte stores of 8 rows of
+  // the wgmma accumulator land in 4 distinct 32-byte bank groups (the 2-wavefront minimum), and
+  // every row stays 16-byte aligned for its bulk reduction.
+  static constexpr int kDqPitch = kHeadDim + 8;
+  static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
+    // dQ of one query block on its way to the workspace (the dQ writer warp's bulk reductions):
+    // float32 rows padded to kDqPitch.
+    alignas(128) float dq[kBlockM * (kHeadDim + 8)];
+    float lse_log2[kStages][kBlockM];  // LSE in log2 units, +inf past seqlen_q
+    float delta[kStages][kBlockM];     // D = rowsum(dO o O), 0 past seqlen_q
+    uint64_t kv_full;
+    uint64_t q_full[kStages];   // Q, dO landed (TMA bytes) and LSE, D staged (32 loader lanes)
+    uint64_t q_empty[kStages];  // every consumer thread is done with the stage
+    uint64_t dq_full;           // both consumers' dQ halves are in `dq` (256 arrivals)
+    uint64_t dq_empty;          // the writer's bulk copies have read `dq` (1 arrival)
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "H100/H200 opt-in shared memory per block");
+};
+
+}  // namespace tileattn::cuda::sm90
