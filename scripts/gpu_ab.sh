@@ -5,26 +5,28 @@
 # Prints, per case and direction, tileattn's TFLOP/s of each run and the median ratio B/A.
 # Usage (repo root): bash scripts/gpu_ab.sh LIB_A LIB_B [python3 -m bench sweep options...]
 #   e.g. bash scripts/gpu_ab.sh /tmp/main.so /tmp/new.so --headdims 128 --seqlens 512 8192 --direction bwd
-# Writes ab-{a,b}{1,2}.csv under ${OUT:-ab-out}.
+# Writes ab-{a,b}{1,2}.csv under ${OUT:-ab-out}.  AB_BACKEND=tileattn-deterministic times the
+# deterministic backward instead of the default tileattn.
 set -u -o pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); shift 2
 OUT=${OUT:-ab-out}
+BACKEND=${AB_BACKEND:-tileattn}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 for run in 1 2; do
   for side in a b; do
     lib=$A; [[ $side == b ]] && lib=$B
-    TILEATTN_LIBRARY=$lib python3 -m bench sweep --backends tileattn --plot none --out "$OUT/ab-$side$run.csv" "$@" \
+    TILEATTN_LIBRARY=$lib python3 -m bench sweep --backends "$BACKEND" --plot none --out "$OUT/ab-$side$run.csv" "$@" \
       > "$OUT/ab-$side$run.log" 2>&1 || { echo "run $side$run failed: $OUT/ab-$side$run.log"; exit 1; }
   done
 done
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$BACKEND" <<'PY'
 import csv, os, statistics, sys
 out = sys.argv[1]
 runs = {}
 for name in ("a1", "b1", "a2", "b2"):
     for r in csv.DictReader(open(os.path.join(out, f"ab-{name}.csv"))):
-        if r["backend"] != "tileattn":
+        if r["backend"] != sys.argv[2]:
             continue
         key = (r["direction"], r["causal"], r["headdim"], r["seqlen"])
         runs.setdefault(key, {})[name] = float(r["tflops"])

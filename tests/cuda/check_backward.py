@@ -125,6 +125,14 @@ def main():
         # 1024 CTAs, several waves: deterministic turns must not deadlock or reorder
         ("causal gqa many CTAs d64", 4, 2048, 2048, 16, 4, 64, bf, dict(causal=True)),
         ("window many CTAs d256", 2, 1500, 1500, 8, 8, 256, fp, dict(window=(300, 100))),
+        # no mask: rotated walks, deterministic turns in arrival order (bwd_walk_order.h), with
+        # more key blocks than query blocks (8 vs 5) and the reverse (3 vs 16)
+        ("plain gqa d128 sq<sk", 2, 300, 1000, 4, 2, 128, bf, {}),
+        ("plain d128 sq>sk", 2, 1000, 300, 4, 4, 128, fp, {}),
+        # 4096 query rows: the warp-specialized kernel under auto (d128), several waves of 32
+        # CTAs a head; d256 has 64 key blocks a head, past the rotated turns' limit (66 on the H200)
+        ("plain many CTAs d128 s4096", 1, 4096, 4096, 8, 8, 128, bf, {}),
+        ("plain gqa many CTAs d256 s4096", 1, 4096, 4096, 4, 2, 256, bf, {}),
     ]
     ok = True
     for name, b, sq, sk, h, hk, d, dtype, opts in cases:

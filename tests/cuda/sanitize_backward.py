@@ -1,5 +1,6 @@
 """A few small forward + backward calls on CUDA for compute-sanitizer (memcheck / racecheck):
-ragged varlen, GQA, causal, head dims off the buckets, deterministic and atomic dQ.
+ragged varlen, GQA, causal, head dims off the buckets, deterministic and atomic dQ, the shapes
+of the warp-specialized Hopper kernel.
 
     compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_backward.py
 """
@@ -11,8 +12,10 @@ import tileattn
 def run():
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
+    # The d96 / d128 cases are the warp-specialized Hopper kernel's (with TILEATTN_BACKWARD_WS=1).
     for b, sq, sk, h, hk, d, causal in [(1, 70, 33, 6, 2, 64, True), (2, 17, 130, 4, 4, 200, False),
-                                        (1, 129, 129, 2, 1, 40, True)]:
+                                        (1, 129, 129, 2, 1, 40, True), (2, 150, 300, 4, 2, 128, False),
+                                        (1, 200, 200, 2, 2, 128, True), (1, 65, 129, 2, 2, 96, False)]:
         q = torch.randn(b, sq, h, d, device=dev, dtype=dt, requires_grad=True)
         k = torch.randn(b, sk, hk, d, device=dev, dtype=dt, requires_grad=True)
         v = torch.randn(b, sk, hk, d, device=dev, dtype=dt, requires_grad=True)

@@ -1,6 +1,7 @@
 // The main backward kernel, FlashAttention-2's Algorithm 2 at register level: one CTA per
 // (key block, sequence, query head) keeps its K and V tiles in shared memory and dK, dV in
-// registers, and walks the query blocks that see its keys, from the last down.  Per query block i:
+// registers, and walks the query blocks that see its keys (from the last down, or rotated: see
+// bwd_walk_order.h).  Per query block i:
 //   wait for Q_i, dO_i; start loading the next block's Q, dO into the other stage   (cp.async)
 //   S  = Q_i K^T,  dP = dO_i V^T                    registers (ldmatrix + mma.sync)
 //   P  = exp(S' - LSE_i),  dS = P o (dP - D_i)      registers (bwd_fa2_scores.cuh)
@@ -23,6 +24,7 @@
 #include "cuda/backward/bwd_dq_turns.cuh"
 #include "cuda/backward/bwd_fa2_scores.cuh"
 #include "cuda/backward/bwd_tiles.cuh"
+#include "cuda/backward/bwd_walk_order.h"
 #include "cuda/cute_utils.h"
 #include "cuda/mask_policy.h"
 
@@ -78,11 +80,11 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
   const int head_dim = f.head_dim;
 
   // Query blocks this key block sees: m such that n_block is in m's key-block range, the same
-  // rule the forward uses, so causal / window tiles with no visible pair are skipped.  They run
-  // from the last down: under a causal or window mask every key block's first query block is
-  // then the one its lower neighbours reach first too, so the deterministic turns (ascending key
-  // block per query block) keep all CTAs of a head in lockstep instead of making the short ones
-  // wait for the long ones to catch up.
+  // rule the forward uses, so causal / window tiles with no visible pair are skipped.  Unrotated
+  // they run from the last down: under a causal or window mask every key block's first query
+  // block is then the one its lower neighbours reach first too, so the deterministic turns
+  // (ascending key block per query block) keep all CTAs of a head in lockstep instead of making
+  // the short ones wait for the long ones to catch up.
   const int num_m_blocks = (seq.seqlen_q + kBlockM - 1) / kBlockM;
   auto key_range = [&](int m) {
     return key_block_range(m * kBlockM, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k, f.window_left,
@@ -99,16 +101,15 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
   int m_lo = m_hi;
   while (m_lo > 0 && visits(m_lo - 1)) --m_lo;
   const int visited = m_hi >= 0 ? m_hi - m_lo + 1 : 0;
-  // With atomic dQ the walk starts n_block % visited blocks below the top and wraps around, so the
-  // CTAs of one head, which run at the same time, add to different query blocks' dQ rows instead
-  // of all to the same ones (in L2 the atomics to one line serialize).  Deterministic turns keep
-  // the plain order.
-  const int rotation = a.dq_turns == nullptr && visited > 0 ? n_block % visited : 0;
+  // Rotated (bwd_walk_order.h) when the host says so: always with atomic dQ, and with
+  // deterministic turns when no mask limits the walk and a head's CTAs fit on the GPU at once.
   auto walk_at = [&](int step) {  // the step-th visited block of this CTA's walk, or -1 after the last
-    return step >= visited ? -1 : m_lo + ((visited - 1 - rotation - step) % visited + visited) % visited;
+    if (step >= visited) return -1;
+    return a.rotated_walk ? rotated_walk_block(n_block, step, m_lo, visited) : m_hi - step;
   };
   int step = 0;
   int m_block = walk_at(0);
+  int* held_turn = nullptr;  // a query block's dQ turn whose release waits a step (see below)
 
   // Shared memory: the cp.async destinations.
   auto smem_ptr = [&](int offset) { return make_smem_ptr(reinterpret_cast<Element*>(smem + offset)); };
@@ -237,6 +238,13 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
     products.store_p_ds(rP, rdS);
     if constexpr (Products::kAsyncProxyOperands) cutlass::arch::fence_view_async_shared();
     __syncthreads();
+    // The previous block's turn, held since its atomics (rotated deterministic walks): half a step
+    // later they have landed, so the release's fence does not stall thread 0 and, through the next
+    // barrier, the CTA; the next CTA in the order reaches that block a step after us.
+    if (held_turn != nullptr) {
+      if (tid == 0) release_turn(held_turn);
+      held_turn = nullptr;
+    }
 
     // dV += (Z o P)^T dO,  dK += dS^T Q,  dQ_i += dS K (unscaled; the finish kernel applies the
     // softmax scale)
@@ -248,15 +256,22 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
       const int valid_rows = seq.seqlen_q - m0;
       if (a.dq_turns != nullptr) {
         int* counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m_block;
-        wait_for_turn(counter, n_block - range.n_block_min);
-        add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
-        pass_turn(counter);
+        if (a.rotated_walk) {
+          wait_for_turn(counter, rotated_turn(n_block, m_block, range.n_block_max, visited));
+          add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
+          held_turn = counter;
+        } else {
+          wait_for_turn(counter, n_block - range.n_block_min);
+          add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
+          pass_turn(counter);
+        }
       } else {
         add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
       }
     });
     m_block = m_next;
   }
+  if (held_turn != nullptr) pass_turn(held_turn);  // the barrier orders every thread's last atomics first
 
   // dK = scale * sum dS^T Q, dV as accumulated; keys in [seqlen_k, stored) hold zeros.
   const int rows_out = min(kBlockN, stored - n0);

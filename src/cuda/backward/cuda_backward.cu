@@ -9,6 +9,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
 #include "api/backends.h"
 #include <cutlass/numeric_types.h>
 
@@ -80,6 +84,36 @@ void run_backward(const bwd::BwdArgs& args, bool fa2, const Sm90BwdInstance* sm9
   bwd::run_bwd_finish<Element>(args, stream);
 }
 
+int device_sm_count() {
+  int device = 0, count = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return count;
+}
+
+// Whether the FA2 kernel's walks are rotated (bwd_walk_order.h).  With atomic dQ always.  With
+// deterministic turns in arrival order only without a mask (the closed form assumes every key
+// block visits every query block) and when the key blocks of one head need at most half the SMs:
+// a CTA may then wait for a later-launched CTA of its head, which is safe only while all of them
+// can be resident together; the half leaves room for kernels running beside this one (e.g.
+// collectives).  Longer sequences keep the plain order, where a CTA waits only for earlier ones.
+bwd::BwdArgs::WarpSpecialized warp_specialized_choice() {
+  using Mode = bwd::BwdArgs::WarpSpecialized;
+  const char* value = std::getenv("TILEATTN_BACKWARD_WS");
+  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "auto") == 0) return Mode::kAuto;
+  if (std::strcmp(value, "0") == 0) return Mode::kNever;
+  if (std::strcmp(value, "1") == 0) return Mode::kAlways;
+  throw Error(ErrorCode::kInvalidArgument, "TILEATTN_BACKWARD_WS",
+              std::string("TILEATTN_BACKWARD_WS must be auto, 0 or 1, got '") + value + "'");
+}
+
+bool rotated_walk(const ForwardParams& f, bool deterministic, bool fa2) {
+  if (!deterministic) return true;
+  if (!fa2 || f.window_left >= 0 || f.window_right >= 0) return false;
+  const int block_n = bwd::fa2_bwd_tile_config(bwd::head_dim_bucket(f.head_dim)).block_n;
+  return (f.seqlen_k + block_n - 1) / block_n <= device_sm_count() / 2;
+}
+
 int device_smem_optin() {
   int device = 0, bytes = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
@@ -104,6 +138,7 @@ void cuda_backward(const BackwardParams& p) {
   const ForwardParams& f = p.fwd;
   require_sm80();
   const bool sm90_allowed = sm90_family_allowed("TILEATTN_BACKWARD_FAMILY");  // first: a bad value always raises
+  const bwd::BwdArgs::WarpSpecialized warp_specialized = warp_specialized_choice();
   for (const auto& [ptr, name] : {std::pair<const void*, const char*>{f.q, "q"}, {f.k, "k"}, {f.v, "v"},
                                   {f.out, "out"}, {f.softmax_lse, "softmax_lse"}, {p.dout, "dout"},
                                   {p.dq, "dq"}, {p.dk, "dk"}, {p.dv, "dv"},
@@ -120,6 +155,7 @@ void cuda_backward(const BackwardParams& p) {
   args.q_rows = varlen ? f.total_q : static_cast<int64_t>(f.batch) * f.seqlen_q;
   args.k_rows = varlen ? f.total_k : static_cast<int64_t>(f.batch) * f.seqlen_k;
   args.deterministic = p.deterministic != 0;
+  args.warp_specialized = warp_specialized;
   args.vector_q = vectorizable(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, f.head_dim, varlen);
   args.vector_k = vectorizable(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride, f.head_dim, varlen);
   args.vector_v = vectorizable(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, f.head_dim, varlen);
@@ -149,6 +185,7 @@ void cuda_backward(const BackwardParams& p) {
     args.dq_turn_blocks = (f.seqlen_q + block_m - 1) / block_m;
     args.dq_turns = workspace.ints(static_cast<int64_t>(f.batch) * f.num_heads * args.dq_turn_blocks);
   }
+  args.rotated_walk = rotated_walk(f, args.deterministic, fa2);
   if (f.num_heads != f.num_heads_k) {
     args.dk_expanded = workspace.floats(f.num_heads * args.k_rows * f.head_dim, false);
     args.dv_expanded = workspace.floats(f.num_heads * args.k_rows * f.head_dim, false);

@@ -32,6 +32,7 @@
 #include "cuda/backward/bwd_args.h"
 #include "cuda/backward/bwd_dq_turns.cuh"
 #include "cuda/backward/bwd_tiles.cuh"  // kLog2e
+#include "cuda/backward/bwd_walk_order.h"
 #include "cuda/cute_utils.h"
 #include "cuda/mask_policy.h"
 #include "cuda/softmax_state.h"  // fast_exp2
@@ -58,16 +59,16 @@ struct BwdWsParams {
 constexpr int kWsDsBarrier = 1;  // both halves of dS are in shared memory
 
 // The query blocks a key block sees: one run [m_lo, m_hi] (a causal or window mask's visible query
-// rows of a key block are contiguous), walked from the top down.  With atomic-free but still
-// simultaneous dQ reductions, the CTAs of one head would all add to the same query block's rows at
-// the same moment, and additions to one line serialize in L2, so unless the deterministic turns
-// fix the order, each key block starts n_block % visited blocks below the top and wraps around.
-// Every role of the CTA walks the same sequence.
+// rows of a key block are contiguous), walked from the top down, or rotated per key block when the
+// host sets a.rotated_walk (bwd_walk_order.h: simultaneous CTAs of a head then reduce into
+// different query blocks' dQ rows, and deterministic turns follow the arrival order).  Every role
+// of the CTA walks the same sequence.
 struct BwdWalk {
   const tileattn_fwd_params* f;
   SequenceView seq;
   int n_block, block_m, block_n;
-  int m_lo = 0, m_hi = -1, visited = 0, rotation = 0;
+  int m_lo = 0, m_hi = -1, visited = 0;
+  bool rotated = false;
 
   __device__ KeyBlockRange range(int m) const {
     return key_block_range(m * block_m, block_m, block_n, seq.seqlen_q, seq.seqlen_k, f->window_left,
@@ -83,10 +84,15 @@ struct BwdWalk {
     m_lo = m_hi;
     while (m_lo > 0 && visits(m_lo - 1)) --m_lo;
     visited = m_hi >= 0 ? m_hi - m_lo + 1 : 0;
-    rotation = rotate && visited > 0 ? n_block % visited : 0;
+    rotated = rotate;
   }
   __device__ int at(int step) const {  // the step-th query block of the walk, or -1 after the last
-    return step >= visited ? -1 : m_lo + ((visited - 1 - rotation - step) % visited + visited) % visited;
+    if (step >= visited) return -1;
+    return rotated ? bwd::rotated_walk_block(n_block, step, m_lo, visited) : m_hi - step;
+  }
+  __device__ int turn(int m) const {  // this key block's deterministic turn at query block m
+    const KeyBlockRange r = range(m);
+    return rotated ? bwd::rotated_turn(n_block, m, r.n_block_max, visited) : n_block - r.n_block_min;
   }
 };
 
@@ -156,7 +162,7 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typena
 // halves to shared memory, goes to the float32 workspace as one 512-byte bulk reduction per row
 // (rows past seqlen_q are not sent: in a packed batch they would be the next sequence's).  When
 // deterministic, lane 0 waits for the block's turn first and releases it after the reductions have
-// landed, so the consumers never wait for a turn.
+// landed, so the consumers never wait for a turn or for the reductions.
 template <typename Traits>
 __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Traits::SharedStorage& ss,
                                             const BwdWalk& walk, int b, int h) {
@@ -172,7 +178,7 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Trai
     int* counter = nullptr;
     if (a.dq_turns != nullptr) {
       counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m;
-      if (lane == 0) bwd::poll_for_turn(counter, walk.n_block - walk.range(m).n_block_min);
+      if (lane == 0) bwd::poll_for_turn(counter, walk.turn(m));
       __syncwarp();
       fence_proxy_async_global();  // the reductions come after the acquired turn
     }
@@ -180,16 +186,17 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Trai
       if (r < valid_rows) bulk_reduce_add_f32(gdq + r * kHeadDim, ss.dq + r * Traits::kDqPitch, kHeadDim * 4);
     }
     bulk_commit();
+    // The consumers may write the next dQ once the copies have read this one; the turn waits for
+    // the reductions to land, which only this warp waits for.
+    bulk_wait_read();
+    __syncwarp();
+    if (lane == 0) EmptyBarrier::arrive(&ss.dq_empty);
     if (counter != nullptr) {
       bulk_wait_done();
       fence_proxy_async_global();
       __syncwarp();
       if (lane == 0) bwd::release_turn(counter);
-    } else {
-      bulk_wait_read();
-      __syncwarp();
     }
-    if (lane == 0) EmptyBarrier::arrive(&ss.dq_empty);
     phase ^= 1u;
   }
   bulk_wait_done();
@@ -369,7 +376,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
   const int b = blockIdx.y, h = blockIdx.z;
   BwdWalk walk{&f, sequence_view(f, b), static_cast<int>(blockIdx.x), Traits::kBlockM, Traits::kBlockN};
   if (walk.n_block * Traits::kBlockN >= walk.seq.seqlen_k) return;
-  walk.plan(/*rotate=*/prm.a.dq_turns == nullptr);
+  walk.plan(prm.a.rotated_walk);
   const int first = walk.at(0);
 
   if (threadIdx.x == 0) {

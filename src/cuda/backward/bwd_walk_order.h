@@ -1,0 +1,50 @@
+// The order in which a backward CTA (one key block) walks its query blocks, and, with
+// deterministic dQ, its turn at each query block: integer arithmetic shared by the kernels and
+// replayed on the host by tests/cpp/test_bwd_walk_order.cpp.
+//
+// Rotated walk: key block n starts n blocks above the bottom of its M visited query blocks and
+// walks down, wrapping, so at step t it is at block m = (M - 1 - t + n) mod M, one step behind key
+// block n - 1.  The CTAs of one head run at the same time; rotated, they add to different query
+// blocks' dQ rows at any moment (L2 serializes atomics to one line), and each reaches a query
+// block one step after the key block below it, which was launched just before it.
+//
+// Deterministic turns in arrival order: the CTAs adding to block m take turns sorted by (the step
+// at which they reach m, key block).  A CTA's predecessor at a block then got there a step
+// earlier, so its release, even made a step late (once its atomics have landed and the release's
+// fence costs nothing), is there when needed; the plain order (ascending key block, every CTA
+// starting at the top) makes every CTA wait for the one below it at every block, right behind its
+// atomics.  Valid only when every key block visits all M query blocks (no causal or window mask):
+// then the step of n at m is (n - m - 1) mod M and the number of CTAs before n is a closed form.
+#pragma once
+
+#include "common/host_device.h"
+
+namespace tileattn::cuda::bwd {
+
+// Query block at step `step` of key block `n`'s rotated walk over blocks [m_lo, m_lo + visited).
+TILEATTN_HOST_DEVICE int rotated_walk_block(int n, int step, int m_lo, int visited) {
+  return m_lo + (visited - 1 - step + n % visited) % visited;
+}
+
+// Of the residues lo, lo + 1, ..., lo + len - 1 (mod m), how many are below `below` (0 <= lo < m).
+TILEATTN_HOST_DEVICE int cyclic_count_below(int lo, int len, int m, int below) {
+  auto overlap = [below](int begin, int end) {  // |[begin, end) intersected with [0, below)|
+    const int clipped = end < below ? end : below;
+    return clipped > begin ? clipped - begin : 0;
+  };
+  if (lo + len <= m) return overlap(lo, lo + len);
+  return overlap(lo, m) + overlap(0, lo + len - m);
+}
+
+// The turn (0-based) of key block n at query block m when all num_n key blocks visit all num_m
+// query blocks on rotated walks.  Key block n' reaches m at step t' = (n' - c) mod num_m with
+// c = (m + 1) mod num_m; those with t' < t (n's step) have residues c, c + 1, ..., c + t - 1 mod
+// num_m, and residue rho holds num_n / num_m key blocks, plus one when rho < num_n mod num_m; ties
+// at step t are the n / num_m key blocks n - num_m, n - 2 num_m, ... >= 0.
+TILEATTN_HOST_DEVICE int rotated_turn(int n, int m, int num_n, int num_m) {
+  const int c = (m + 1) % num_m;
+  const int t = ((n - c) % num_m + num_m) % num_m;
+  return t * (num_n / num_m) + cyclic_count_below(c, t, num_m, num_n % num_m) + n / num_m;
+}
+
+}  // namespace tileattn::cuda::bwd
