@@ -133,6 +133,9 @@ def main():
         # CTAs a head; d256 has 64 key blocks a head, past the rotated turns' limit (66 on the H200)
         ("plain many CTAs d128 s4096", 1, 4096, 4096, 8, 8, 128, bf, {}),
         ("plain gqa many CTAs d256 s4096", 1, 4096, 4096, 4, 2, 256, bf, {}),
+        # deterministic causal walks up from the diagonal with the grid reversed: 141 key blocks a
+        # head, more than the H200's 132 SMs hold at once
+        ("causal long d256 s9000", 1, 9000, 9000, 2, 2, 256, bf, dict(causal=True)),
     ]
     ok = True
     for name, b, sq, sk, h, hk, d, dtype, opts in cases:

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "cuda/backward/bwd_walk_order.h"
 #include "tileattn/tileattn.h"
 
 namespace tileattn::cuda::bwd {
@@ -14,7 +15,7 @@ struct BwdArgs {
   int dq_pitch;           // floats per dq_accum row: the head-dim bucket (FA2 path), else head_dim
   int* dq_turns;          // (B, H, dq_turn_blocks), zeroed: deterministic dQ order (FA2 path only)
   int dq_turn_blocks;     // query blocks per (sequence, head) in dq_turns
-  bool rotated_walk;      // walks rotated per key block (bwd_walk_order.h); with dq_turns, turns in arrival order
+  WalkOrder walk_order;   // how CTAs walk their query blocks and take dQ turns (bwd_walk_order.h)
   float* dk_expanded;     // (H, k_rows, head_dim) per query head; null without GQA
   float* dv_expanded;
   int64_t q_rows, k_rows;  // rows of every sequence, packed (see packed_q_row)

@@ -1,7 +1,7 @@
 // The main backward kernel, FlashAttention-2's Algorithm 2 at register level: one CTA per
 // (key block, sequence, query head) keeps its K and V tiles in shared memory and dK, dV in
-// registers, and walks the query blocks that see its keys (from the last down, or rotated: see
-// bwd_walk_order.h).  Per query block i:
+// registers, and walks the query blocks that see its keys (from the last down, rotated, or up from
+// the diagonal: see bwd_walk_order.h).  Per query block i:
 //   wait for Q_i, dO_i; start loading the next block's Q, dO into the other stage   (cp.async)
 //   S  = Q_i K^T,  dP = dO_i V^T                    registers (ldmatrix + mma.sync)
 //   P  = exp(S' - LSE_i),  dS = P o (dP - D_i)      registers (bwd_fa2_scores.cuh)
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
   extern __shared__ __align__(1024) char smem[];  // 1 KB: the 128-byte swizzle's period
   const tileattn_fwd_params& f = a.p.fwd;
   const int tid = threadIdx.x;
-  const int n_block = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
+  const int n_block = key_block_of(blockIdx.x, gridDim.x, a.walk_order), b = blockIdx.y, h = blockIdx.z;
   const int n0 = n_block * kBlockN;
   const int group = f.num_heads / f.num_heads_k, head_k = h / group;
   const SequenceView seq = sequence_view(f, b);
@@ -101,11 +101,10 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
   int m_lo = m_hi;
   while (m_lo > 0 && visits(m_lo - 1)) --m_lo;
   const int visited = m_hi >= 0 ? m_hi - m_lo + 1 : 0;
-  // Rotated (bwd_walk_order.h) when the host says so: always with atomic dQ, and with
-  // deterministic turns when no mask limits the walk and a head's CTAs fit on the GPU at once.
+  // The order is the host's (bwd_walk_order.h): rotated with atomic dQ; deterministic, rotated
+  // without a mask when a head's CTAs fit on the GPU at once, up from the diagonal with one.
   auto walk_at = [&](int step) {  // the step-th visited block of this CTA's walk, or -1 after the last
-    if (step >= visited) return -1;
-    return a.rotated_walk ? rotated_walk_block(n_block, step, m_lo, visited) : m_hi - step;
+    return step >= visited ? -1 : walk_block(a.walk_order, n_block, step, m_lo, m_hi);
   };
   int step = 0;
   int m_block = walk_at(0);
@@ -238,7 +237,7 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
     products.store_p_ds(rP, rdS);
     if constexpr (Products::kAsyncProxyOperands) cutlass::arch::fence_view_async_shared();
     __syncthreads();
-    // The previous block's turn, held since its atomics (rotated deterministic walks): half a step
+    // The previous block's turn, held since its atomics (rotated or diagonal walks): half a step
     // later they have landed, so the release's fence does not stall thread 0 and, through the next
     // barrier, the CTA; the next CTA in the order reaches that block a step after us.
     if (held_turn != nullptr) {
@@ -256,14 +255,13 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
       const int valid_rows = seq.seqlen_q - m0;
       if (a.dq_turns != nullptr) {
         int* counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m_block;
-        if (a.rotated_walk) {
-          wait_for_turn(counter, rotated_turn(n_block, m_block, range.n_block_max, visited));
-          add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
-          held_turn = counter;
+        wait_for_turn(counter, walk_turn(a.walk_order, n_block, m_block, range.n_block_min, range.n_block_max,
+                                         visited));
+        add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
+        if (a.walk_order == WalkOrder::kFromTop) {
+          pass_turn(counter);  // every key block meets this block at this step: the next one waits now
         } else {
-          wait_for_turn(counter, n_block - range.n_block_min);
-          add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);
-          pass_turn(counter);
+          held_turn = counter;  // the next key block in turn order arrives a step or more later
         }
       } else {
         add_dq(dq, tdQgdQ, tdQcdQ, valid_rows, valid_rows >= kBlockM);

@@ -8,6 +8,13 @@
 // blocks' dQ rows at any moment (L2 serializes atomics to one line), and each reaches a query
 // block one step after the key block below it, which was launched just before it.
 //
+// Up from the diagonal (deterministic calls with a causal or window mask): key block n walks its
+// visited blocks upward from the lowest, m_lo(n); m_lo never decreases with n, so at any query
+// block the higher key blocks arrive first and the turns go by descending key block.  The grid is
+// launched in reverse (key block N - 1 first), so a CTA only ever waits for CTAs launched before
+// it: deadlock-free at any length.  Under causal at d128 key block n + 1 reaches each block two
+// steps before key block n, so its release may come a step late as well.
+//
 // Deterministic turns in arrival order: the CTAs adding to block m take turns sorted by (the step
 // at which they reach m, key block).  A CTA's predecessor at a block then got there a step
 // earlier, so its release, even made a step late (once its atomics have landed and the release's
@@ -20,6 +27,14 @@
 #include "common/host_device.h"
 
 namespace tileattn::cuda::bwd {
+
+// How a backward CTA walks its query blocks; with deterministic dQ also the turn order.
+enum class WalkOrder : int {
+  kFromTop,       // from the last visited block down; turns by ascending key block, released at once
+  kRotated,       // rotated_walk_block; turns by rotated_turn (no mask only), released a step late
+  kUpFromDiagonal,  // m_lo upward, grid reversed; turns by descending key block, released a step late
+};
+
 
 // Query block at step `step` of key block `n`'s rotated walk over blocks [m_lo, m_lo + visited).
 TILEATTN_HOST_DEVICE int rotated_walk_block(int n, int step, int m_lo, int visited) {
@@ -45,6 +60,26 @@ TILEATTN_HOST_DEVICE int rotated_turn(int n, int m, int num_n, int num_m) {
   const int c = (m + 1) % num_m;
   const int t = ((n - c) % num_m + num_m) % num_m;
   return t * (num_n / num_m) + cyclic_count_below(c, t, num_m, num_n % num_m) + n / num_m;
+}
+
+// Key block of the CTA with grid index `index` of `num_blocks` (up-from-diagonal walks launch the
+// highest key block first).
+TILEATTN_HOST_DEVICE int key_block_of(int index, int num_blocks, WalkOrder order) {
+  return order == WalkOrder::kUpFromDiagonal ? num_blocks - 1 - index : index;
+}
+
+// Query block at `step` of a walk over [m_lo, m_hi] (visited = m_hi - m_lo + 1 > 0).
+TILEATTN_HOST_DEVICE int walk_block(WalkOrder order, int n, int step, int m_lo, int m_hi) {
+  const int visited = m_hi - m_lo + 1;
+  if (order == WalkOrder::kRotated) return rotated_walk_block(n, step, m_lo, visited);
+  return order == WalkOrder::kUpFromDiagonal ? m_lo + step : m_hi - step;
+}
+
+// The deterministic turn of key block n at query block m, which key blocks
+// [n_block_min, n_block_max) visit (all num_m query blocks each, for kRotated).
+TILEATTN_HOST_DEVICE int walk_turn(WalkOrder order, int n, int m, int n_block_min, int n_block_max, int num_m) {
+  if (order == WalkOrder::kRotated) return rotated_turn(n, m, n_block_max, num_m);
+  return order == WalkOrder::kUpFromDiagonal ? n_block_max - 1 - n : n - n_block_min;
 }
 
 }  // namespace tileattn::cuda::bwd

@@ -91,12 +91,27 @@ int device_sm_count() {
   return count;
 }
 
-// Whether the FA2 kernel's walks are rotated (bwd_walk_order.h).  With atomic dQ always.  With
-// deterministic turns in arrival order only without a mask (the closed form assumes every key
-// block visits every query block) and when the key blocks of one head need at most half the SMs:
-// a CTA may then wait for a later-launched CTA of its head, which is safe only while all of them
-// can be resident together; the half leaves room for kernels running beside this one (e.g.
-// collectives).  Longer sequences keep the plain order, where a CTA waits only for earlier ones.
+// How the backward CTAs walk their query blocks (bwd_walk_order.h).  With atomic dQ rotated.
+// Deterministic with a mask: up from the diagonal (deadlock-free at any length) when each key block
+// starts lower than the one before it, i.e. the first key block alone sees the top query block:
+// Sk - Sq + window_right < block_n (causal with Sq >= Sk; for varlen the maxima stand in).  Key
+// blocks that share a start would queue there, each a step-late release behind the next, so other
+// masks keep the plain order from the top.  Without a mask: rotated, with turns in arrival order,
+// when the key blocks of one head need at most half the SMs: a CTA may then wait for a
+// later-launched CTA of its head, which is safe only while all of them can be resident together,
+// and the half leaves room for kernels running beside this one (e.g. collectives).  Longer
+// unmasked sequences keep the plain order too, where a CTA waits only for earlier ones.
+bwd::WalkOrder walk_order(const ForwardParams& f, bool deterministic) {
+  using bwd::WalkOrder;
+  if (!deterministic) return WalkOrder::kRotated;
+  const int block_n = bwd::fa2_bwd_tile_config(bwd::head_dim_bucket(f.head_dim)).block_n;
+  if (f.window_left >= 0 || f.window_right >= 0) {
+    const bool staggered = f.window_right >= 0 && static_cast<int64_t>(f.seqlen_k) - f.seqlen_q + f.window_right < block_n;
+    return staggered ? WalkOrder::kUpFromDiagonal : WalkOrder::kFromTop;
+  }
+  return (f.seqlen_k + block_n - 1) / block_n <= device_sm_count() / 2 ? WalkOrder::kRotated : WalkOrder::kFromTop;
+}
+
 bwd::BwdArgs::WarpSpecialized warp_specialized_choice() {
   using Mode = bwd::BwdArgs::WarpSpecialized;
   const char* value = std::getenv("TILEATTN_BACKWARD_WS");
@@ -105,13 +120,6 @@ bwd::BwdArgs::WarpSpecialized warp_specialized_choice() {
   if (std::strcmp(value, "1") == 0) return Mode::kAlways;
   throw Error(ErrorCode::kInvalidArgument, "TILEATTN_BACKWARD_WS",
               std::string("TILEATTN_BACKWARD_WS must be auto, 0 or 1, got '") + value + "'");
-}
-
-bool rotated_walk(const ForwardParams& f, bool deterministic, bool fa2) {
-  if (!deterministic) return true;
-  if (!fa2 || f.window_left >= 0 || f.window_right >= 0) return false;
-  const int block_n = bwd::fa2_bwd_tile_config(bwd::head_dim_bucket(f.head_dim)).block_n;
-  return (f.seqlen_k + block_n - 1) / block_n <= device_sm_count() / 2;
 }
 
 int device_smem_optin() {
@@ -185,7 +193,7 @@ void cuda_backward(const BackwardParams& p) {
     args.dq_turn_blocks = (f.seqlen_q + block_m - 1) / block_m;
     args.dq_turns = workspace.ints(static_cast<int64_t>(f.batch) * f.num_heads * args.dq_turn_blocks);
   }
-  args.rotated_walk = rotated_walk(f, args.deterministic, fa2);
+  args.walk_order = walk_order(f, args.deterministic);
   if (f.num_heads != f.num_heads_k) {
     args.dk_expanded = workspace.floats(f.num_heads * args.k_rows * f.head_dim, false);
     args.dv_expanded = workspace.floats(f.num_heads * args.k_rows * f.head_dim, false);

@@ -59,16 +59,14 @@ struct BwdWsParams {
 constexpr int kWsDsBarrier = 1;  // both halves of dS are in shared memory
 
 // The query blocks a key block sees: one run [m_lo, m_hi] (a causal or window mask's visible query
-// rows of a key block are contiguous), walked from the top down, or rotated per key block when the
-// host sets a.rotated_walk (bwd_walk_order.h: simultaneous CTAs of a head then reduce into
-// different query blocks' dQ rows, and deterministic turns follow the arrival order).  Every role
+// rows of a key block are contiguous), walked in the host's order (bwd_walk_order.h); every role
 // of the CTA walks the same sequence.
 struct BwdWalk {
   const tileattn_fwd_params* f;
   SequenceView seq;
   int n_block, block_m, block_n;
+  bwd::WalkOrder order;
   int m_lo = 0, m_hi = -1, visited = 0;
-  bool rotated = false;
 
   __device__ KeyBlockRange range(int m) const {
     return key_block_range(m * block_m, block_m, block_n, seq.seqlen_q, seq.seqlen_k, f->window_left,
@@ -78,21 +76,19 @@ struct BwdWalk {
     const KeyBlockRange r = range(m);
     return n_block >= r.n_block_min && n_block < r.n_block_max;
   }
-  __device__ void plan(bool rotate) {
+  __device__ void plan() {
     m_hi = (seq.seqlen_q + block_m - 1) / block_m - 1;
     while (m_hi >= 0 && !visits(m_hi)) --m_hi;
     m_lo = m_hi;
     while (m_lo > 0 && visits(m_lo - 1)) --m_lo;
     visited = m_hi >= 0 ? m_hi - m_lo + 1 : 0;
-    rotated = rotate;
   }
   __device__ int at(int step) const {  // the step-th query block of the walk, or -1 after the last
-    if (step >= visited) return -1;
-    return rotated ? bwd::rotated_walk_block(n_block, step, m_lo, visited) : m_hi - step;
+    return step >= visited ? -1 : bwd::walk_block(order, n_block, step, m_lo, m_hi);
   }
   __device__ int turn(int m) const {  // this key block's deterministic turn at query block m
     const KeyBlockRange r = range(m);
-    return rotated ? bwd::rotated_turn(n_block, m, r.n_block_max, visited) : n_block - r.n_block_min;
+    return bwd::walk_turn(order, n_block, m, r.n_block_min, r.n_block_max, visited);
   }
 };
 
@@ -374,9 +370,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const tileattn_fwd_params& f = prm.a.p.fwd;
   const int b = blockIdx.y, h = blockIdx.z;
-  BwdWalk walk{&f, sequence_view(f, b), static_cast<int>(blockIdx.x), Traits::kBlockM, Traits::kBlockN};
+  BwdWalk walk{&f, sequence_view(f, b), bwd::key_block_of(blockIdx.x, gridDim.x, prm.a.walk_order), Traits::kBlockM,
+               Traits::kBlockN, prm.a.walk_order};
   if (walk.n_block * Traits::kBlockN >= walk.seq.seqlen_k) return;
-  walk.plan(prm.a.rotated_walk);
+  walk.plan();
   const int first = walk.at(0);
 
   if (threadIdx.x == 0) {
