@@ -80,11 +80,7 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
   const int head_dim = f.head_dim;
 
   // Query blocks this key block sees: m such that n_block is in m's key-block range, the same
-  // rule the forward uses, so causal / window tiles with no visible pair are skipped.  Unrotated
-  // they run from the last down: under a causal or window mask every key block's first query
-  // block is then the one its lower neighbours reach first too, so the deterministic turns
-  // (ascending key block per query block) keep all CTAs of a head in lockstep instead of making
-  // the short ones wait for the long ones to catch up.
+  // rule the forward uses, so causal / window tiles with no visible pair are skipped.
   const int num_m_blocks = (seq.seqlen_q + kBlockM - 1) / kBlockM;
   auto key_range = [&](int m) {
     return key_block_range(m * kBlockM, kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k, f.window_left,

@@ -2,6 +2,10 @@
 // deterministic dQ, its turn at each query block: integer arithmetic shared by the kernels and
 // replayed on the host by tests/cpp/test_bwd_walk_order.cpp.
 //
+// From the top (the plain order): every key block walks down from its last visited block, so
+// under no mask all of a head's CTAs meet each query block at the same step and the turns
+// (ascending key block, the launch order) make each wait for the one below it, released at once.
+//
 // Rotated walk: key block n starts n blocks above the bottom of its M visited query blocks and
 // walks down, wrapping, so at step t it is at block m = (M - 1 - t + n) mod M, one step behind key
 // block n - 1.  The CTAs of one head run at the same time; rotated, they add to different query
@@ -34,7 +38,6 @@ enum class WalkOrder : int {
   kRotated,       // rotated_walk_block; turns by rotated_turn (no mask only), released a step late
   kUpFromDiagonal,  // m_lo upward, grid reversed; turns by descending key block, released a step late
 };
-
 
 // Query block at step `step` of key block `n`'s rotated walk over blocks [m_lo, m_lo + visited).
 TILEATTN_HOST_DEVICE int rotated_walk_block(int n, int step, int m_lo, int visited) {
