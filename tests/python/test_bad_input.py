@@ -176,6 +176,26 @@ def test_unknown_backward_family_is_an_error(monkeypatch):
     torch.testing.assert_close(grads["sm80"], grads["auto"], rtol=0, atol=2e-2)
 
 
+def test_unknown_backward_ws_is_an_error(monkeypatch):
+    """TILEATTN_BACKWARD_WS picks the warp-specialized Hopper backward (auto, 0 or 1); a typo
+    raises naming it, and forcing it on or off gives the same gradients to bf16 rounding."""
+    if not (torch.cuda.is_available() and tileattn.has_cuda()):
+        pytest.skip("the backward kernel is chosen by the CUDA backend")
+    x = torch.randn(1, 64, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out = flash_attn_func(x, x, x)
+    monkeypatch.setenv("TILEATTN_BACKWARD_WS", "yes")
+    with pytest.raises(ValueError) as raised:
+        out.backward(torch.ones_like(out), retain_graph=True)
+    assert raised.value.argument == "TILEATTN_BACKWARD_WS"
+    grads = {}
+    for choice in ("0", "1"):
+        monkeypatch.setenv("TILEATTN_BACKWARD_WS", choice)
+        x.grad = None
+        out.backward(torch.ones_like(out), retain_graph=True)
+        grads[choice] = x.grad.clone()
+    torch.testing.assert_close(grads["0"], grads["1"], rtol=0, atol=2e-2)
+
+
 def tileattn_auto_family(x):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TILEATTN_FORWARD_FAMILY", "auto")
