@@ -156,44 +156,30 @@ def test_unknown_forward_family_is_an_error(monkeypatch):
     torch.testing.assert_close(flash_attn_func(x, x, x), tileattn_auto_family(x), rtol=0, atol=1e-2)
 
 
-def test_unknown_backward_family_is_an_error(monkeypatch):
-    """TILEATTN_BACKWARD_FAMILY picks the backward's products (wgmma on Hopper, else mma.sync); a
-    typo raises naming it, and sm80 gives the same gradients as auto to bf16 rounding."""
-    if not (torch.cuda.is_available() and tileattn.has_cuda()):
-        pytest.skip("the backward family is chosen by the CUDA backend")
-    x = torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    out = flash_attn_func(x, x, x)
-    monkeypatch.setenv("TILEATTN_BACKWARD_FAMILY", "sm91")
-    with pytest.raises(ValueError) as raised:
-        out.backward(torch.ones_like(out), retain_graph=True)
-    assert raised.value.argument == "TILEATTN_BACKWARD_FAMILY"
-    grads = {}
-    for family in ("sm80", "auto"):
-        monkeypatch.setenv("TILEATTN_BACKWARD_FAMILY", family)
-        x.grad = None
-        out.backward(torch.ones_like(out), retain_graph=True)
-        grads[family] = x.grad.clone()
-    torch.testing.assert_close(grads["sm80"], grads["auto"], rtol=0, atol=2e-2)
-
-
-def test_unknown_backward_ws_is_an_error(monkeypatch):
-    """TILEATTN_BACKWARD_WS picks the warp-specialized Hopper backward (auto, 0 or 1); a typo
-    raises naming it, and forcing it on or off gives the same gradients to bf16 rounding."""
+# TILEATTN_BACKWARD_FAMILY picks the backward's products (wgmma on Hopper, else mma.sync);
+# TILEATTN_BACKWARD_WS the warp-specialized Hopper kernel (auto, 0 or 1; it serves d65-128).
+@pytest.mark.parametrize("variable, typo, choices, head_dim", [
+    ("TILEATTN_BACKWARD_FAMILY", "sm91", ("sm80", "auto"), 64),
+    ("TILEATTN_BACKWARD_WS", "yes", ("0", "1"), 128),
+])
+def test_unknown_backward_choice_is_an_error(monkeypatch, variable, typo, choices, head_dim):
+    """A typo in a backward kernel choice raises naming the variable; the valid choices give the
+    same gradients to bf16 rounding."""
     if not (torch.cuda.is_available() and tileattn.has_cuda()):
         pytest.skip("the backward kernel is chosen by the CUDA backend")
-    x = torch.randn(1, 64, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(1, 64, 2, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     out = flash_attn_func(x, x, x)
-    monkeypatch.setenv("TILEATTN_BACKWARD_WS", "yes")
+    monkeypatch.setenv(variable, typo)
     with pytest.raises(ValueError) as raised:
         out.backward(torch.ones_like(out), retain_graph=True)
-    assert raised.value.argument == "TILEATTN_BACKWARD_WS"
-    grads = {}
-    for choice in ("0", "1"):
-        monkeypatch.setenv("TILEATTN_BACKWARD_WS", choice)
+    assert raised.value.argument == variable
+    grads = []
+    for choice in choices:
+        monkeypatch.setenv(variable, choice)
         x.grad = None
         out.backward(torch.ones_like(out), retain_graph=True)
-        grads[choice] = x.grad.clone()
-    torch.testing.assert_close(grads["0"], grads["1"], rtol=0, atol=2e-2)
+        grads.append(x.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=2e-2)
 
 
 def tileattn_auto_family(x):
