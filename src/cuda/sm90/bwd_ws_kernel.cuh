@@ -1,11 +1,11 @@
 // The warp-specialized Hopper backward (FlashAttention-3's layout; types in bwd_ws_traits.h).  One
 // CTA of three warpgroups per (key block of 128, sequence, query head), walking the query blocks
-// that see its keys from the last down, as the FA2-structured kernel does (bwd_fa2_kernel.cuh):
+// that see its keys in the order the FA2-structured kernel uses (bwd_walk_order.h):
 //
 //   producer warp 0 (one thread): K, V once; per query block, once its stage is free: Q_i, dO_i (TMA)
 //   producer warp 1:              per query block: LSE_i (log2 units) and D_i into the stage
 //   producer warp 2 (dQ writer):  per query block: adds dQ_i from shared memory to the float32
-//                                 workspace by bulk reductions (in key-block order when deterministic)
+//                                 workspace by bulk reductions (in turn order when deterministic)
 //   consumer g (keys 64g .. 64g + 63), per query block i:
 //     S^T = K_g Q_i^T,  dP^T = V_g dO_i^T                    (wgmma, both operands in smem)
 //     P^T = exp2(S^T scale_log2 - LSE_i)   (0 where masked)  -- while dP^T is on the tensor cores
