@@ -1,6 +1,7 @@
 """Packed QKV/KV variants equal the unpacked functions, and non-contiguous inputs (views of a packed
 qkv, transposed storage, a non-unit head-dim stride) give the same result as contiguous copies."""
 
+import pytest
 import torch
 
 from conftest import rand
@@ -107,3 +108,37 @@ def test_broadcast_batch_stride_zero(device):
     out = flash_attn_func(q, k1.expand(3, -1, -1, -1), k1.expand(3, -1, -1, -1))
     expected = flash_attn_func(q, k1.repeat(3, 1, 1, 1), k1.repeat(3, 1, 1, 1))
     assert torch.equal(out, expected)
+
+
+def test_broadcast_gradient_and_heads_in_backward(device):
+    """A dO broadcast from one weight per head-dim column (strides 0, 0, 0, 1, as `(out * w).sum()`
+    gives) and K/V expanded over heads (head stride 0), at a size where the Hopper backward would
+    pick its TMA-based kernel, which cannot describe stride 0: the same gradients as materialized
+    copies, to bf16 rounding."""
+    if device != "cuda":
+        pytest.skip("the stride-0 rule is the CUDA backend's; 4096 rows are slow on the CPU")
+    seqlen, head_dim = 4096, 128
+    q = rand(1, seqlen, 2, head_dim, dtype=torch.bfloat16, device=device)
+    kv1 = rand(1, seqlen, 1, head_dim, dtype=torch.bfloat16, device=device)
+    weight = torch.randn(head_dim, dtype=torch.bfloat16, device=device)
+
+    def run(expanded):
+        leaves = [q.detach().requires_grad_(), kv1.detach().requires_grad_()]
+        k = leaves[1].expand(-1, -1, 2, -1) if expanded else leaves[1].repeat(1, 1, 2, 1)
+        dout = weight.expand(1, seqlen, 2, head_dim)
+        flash_attn_func(leaves[0], k, k).backward(dout if expanded else dout.contiguous())
+        return [x.grad for x in leaves]
+
+    for a, b in zip(run(True), run(False)):
+        assert torch.isfinite(a).all()
+        assert (a.float() - b.float()).abs().max() <= 0.02 * b.float().abs().max() + 1e-3
+
+
+@pytest.mark.parametrize("warp_specialized", ["0", "1"])
+def test_backward_without_keys(device, monkeypatch, warp_specialized):
+    """No keys at all: dQ is zero and nothing is read (a TMA descriptor cannot have a 0 dimension)."""
+    monkeypatch.setenv("TILEATTN_BACKWARD_WS", warp_specialized)
+    q = rand(1, 64, 2, 128, dtype=torch.bfloat16, device=device).requires_grad_()
+    kv = torch.zeros(1, 0, 2, 128, dtype=torch.bfloat16, device=device)
+    flash_attn_func(q, kv, kv).backward(torch.ones(1, 64, 2, 128, dtype=torch.bfloat16, device=device))
+    assert torch.equal(q.grad, torch.zeros_like(q))
