@@ -136,6 +136,8 @@ def main():
         # deterministic causal walks up from the diagonal with the grid reversed: 141 key blocks a
         # head, more than the H200's 132 SMs hold at once
         ("causal long d256 s9000", 1, 9000, 9000, 2, 2, 256, bf, dict(causal=True)),
+        # the same walk in the warp-specialized kernel when it is forced (TILEATTN_BACKWARD_WS=1)
+        ("causal d128 s600", 2, 600, 600, 4, 4, 128, bf, dict(causal=True)),
     ]
     ok = True
     for name, b, sq, sk, h, hk, d, dtype, opts in cases:
