@@ -76,16 +76,9 @@ bool sm90_supports(const ForwardParams& p, bool dropout) {
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (dropout || p.seqlen_k <= 0) return false;
   if (varlen && (p.total_q <= 0 || p.total_k <= 0 || p.total_q > INT32_MAX || p.total_k > INT32_MAX)) return false;
-  const int64_t batch_strides[] = {p.q_batch_stride, p.k_batch_stride, p.v_batch_stride, p.out_batch_stride};
-  const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,
-                             p.v_row_stride, p.v_head_stride, p.out_row_stride, p.out_head_stride};
-  for (int64_t stride : strides) {
-    if (stride <= 0) return false;
-  }
-  for (int64_t stride : batch_strides) {
-    if (!varlen && stride <= 0) return false;
-  }
-  return true;
+  return all_positive({p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride, p.v_row_stride,
+                       p.v_head_stride, p.out_row_stride, p.out_head_stride}) &&
+         (varlen || all_positive({p.q_batch_stride, p.k_batch_stride, p.v_batch_stride, p.out_batch_stride}));
 }
 
 // The tiled kernel loads and stores 16-byte vectors: 8 fp16/bf16 elements.
@@ -93,15 +86,6 @@ bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, i
   constexpr int64_t kVector = 8;
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && row_stride % kVector == 0 &&
          head_stride % kVector == 0 && (varlen || batch_stride % kVector == 0);
-}
-
-int device_smem_optin() {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  int bytes = 0;
-  check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute(shared memory)");
-  return bytes;
 }
 
 }  // namespace
@@ -145,9 +129,9 @@ void cuda_forward(const ForwardParams& p) {
   const FwdInstance* sm90_instance =
       aligned && sm90_allowed && sm90_supports(p, dropout) ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
   const FwdInstance* instance = find_instance(p.head_dim, p.dtype);
-  if (sm90_instance != nullptr && is_sm90_device() && sm90_instance->smem_bytes() <= device_smem_optin()) {
+  if (sm90_instance != nullptr && is_sm90_device() && sm90_instance->smem_bytes() <= smem_optin_bytes()) {
     sm90_instance->run(args, variant, stream);
-  } else if (aligned && instance != nullptr && instance->smem_bytes() <= device_smem_optin()) {
+  } else if (aligned && instance != nullptr && instance->smem_bytes() <= smem_optin_bytes()) {
     instance->run(args, variant, stream);
   } else {
     launch_fallback_forward(args, stream);

@@ -1,9 +1,12 @@
 // Checks only the CUDA side can make: the GPU's architecture, that pointers are device memory,
-// and that the problem fits the launch grid.  Shared by the forward and the backward.
+// and that the problem fits the launch grid; and the current GPU's SM count and opt-in shared
+// memory.  Shared by the forward, the backward and the decode.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "cuda/check.h"
@@ -45,6 +48,31 @@ inline void require_grid_fits(const tileattn_fwd_params& p) {
   if (p.num_heads > 65535) {
     throw Error(ErrorCode::kUnsupported, "q", "the CUDA backend handles at most 65535 heads");
   }
+}
+
+// TMA descriptors (the sm90 kernels) take no stride of 0: an expanded tensor must go elsewhere.
+inline bool all_positive(std::initializer_list<int64_t> strides) {
+  for (int64_t stride : strides) {
+    if (stride <= 0) return false;
+  }
+  return true;
+}
+
+inline int sm_count() {
+  int device = 0, count = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute(multiprocessors)");
+  return count;
+}
+
+// Shared memory one block may opt in to (227 KB on H100/H200).
+inline int smem_optin_bytes() {
+  int device = 0, bytes = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute(shared memory)");
+  return bytes;
 }
 
 }  // namespace tileattn::cuda

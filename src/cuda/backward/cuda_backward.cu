@@ -84,13 +84,6 @@ void run_backward(const bwd::BwdArgs& args, bool fa2, const Sm90BwdInstance* sm9
   bwd::run_bwd_finish<Element>(args, stream);
 }
 
-int device_sm_count() {
-  int device = 0, count = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return count;
-}
-
 // How the backward CTAs walk their query blocks (bwd_walk_order.h).  With atomic dQ rotated.
 // Deterministic with a mask: up from the diagonal (deadlock-free at any length) when each key block
 // starts lower than the one before it, i.e. the first key block alone sees the top query block:
@@ -109,7 +102,7 @@ bwd::WalkOrder walk_order(const ForwardParams& f, bool deterministic) {
     const bool staggered = f.window_right >= 0 && static_cast<int64_t>(f.seqlen_k) - f.seqlen_q + f.window_right < block_n;
     return staggered ? WalkOrder::kUpFromDiagonal : WalkOrder::kFromTop;
   }
-  return (f.seqlen_k + block_n - 1) / block_n <= device_sm_count() / 2 ? WalkOrder::kRotated : WalkOrder::kFromTop;
+  return (f.seqlen_k + block_n - 1) / block_n <= sm_count() / 2 ? WalkOrder::kRotated : WalkOrder::kFromTop;
 }
 
 bwd::BwdArgs::WarpSpecialized warp_specialized_choice() {
@@ -120,14 +113,6 @@ bwd::BwdArgs::WarpSpecialized warp_specialized_choice() {
   if (std::strcmp(value, "1") == 0) return Mode::kAlways;
   throw Error(ErrorCode::kInvalidArgument, "TILEATTN_BACKWARD_WS",
               std::string("TILEATTN_BACKWARD_WS must be auto, 0 or 1, got '") + value + "'");
-}
-
-int device_smem_optin() {
-  int device = 0, bytes = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute");
-  return bytes;
 }
 
 // 16-byte loads need a 16-byte aligned base, strides of whole 16-byte vectors, whole vectors per row.
@@ -174,7 +159,7 @@ void cuda_backward(const BackwardParams& p) {
   args.vector_dk = vectorizable(p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, f.head_dim, varlen);
   args.vector_dv = vectorizable(p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, f.head_dim, varlen);
   const bool fa2 = args.vector_q && args.vector_k && args.vector_v && args.vector_dout &&
-                   bwd::fa2_bwd_smem_bytes(bwd::head_dim_bucket(f.head_dim)) <= device_smem_optin();
+                   bwd::fa2_bwd_smem_bytes(bwd::head_dim_bucket(f.head_dim)) <= smem_optin_bytes();
   // The wgmma products read the same tiles as the FA2 kernel: same conditions, plus the GPU.
   const Sm90BwdInstance* sm90 =
       fa2 && sm90_allowed && is_sm90_device() ? find_sm90_instance(bwd::head_dim_bucket(f.head_dim), f.dtype)

@@ -14,6 +14,7 @@
 #include "cuda/decode/decode_launch.h"
 #include "cuda/decode/split_heuristic.h"
 #include "cuda/decode/split_kernel.cuh"
+#include "cuda/device_checks.h"  // sm_count
 #include "cuda/stream_workspace.h"
 
 namespace tileattn::cuda::decode {
@@ -28,10 +29,8 @@ constexpr int split_dynamic_smem() {
 template <typename T, int kD, int kHalves, bool kTma>
 int prepare_split_kernel() {
   static const int resident = [] {
-    int device = 0, sms = 0, per_sm = 0;
+    int per_sm = 0;
     constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     if (dynamic_smem > 0) {
       check_cuda(cudaFuncSetAttribute(split_kernel<T, kD, kHalves, kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       dynamic_smem),
@@ -40,7 +39,7 @@ int prepare_split_kernel() {
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel<T, kD, kHalves, kTma>, kThreads,
                                                              dynamic_smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    return sms * std::max(per_sm, 1);
+    return sm_count() * std::max(per_sm, 1);
   }();
   return resident;
 }

@@ -5,12 +5,11 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
-
 #include <cute/tensor.hpp>
 
 #include "cuda/backward/bwd_args.h"
 #include "cuda/check.h"
+#include "cuda/device_checks.h"  // all_positive
 #include "cuda/sm90/bwd_ws_kernel.cuh"
 
 namespace tileattn::cuda::sm90 {
@@ -32,10 +31,10 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   // TMA descriptors take no dimension of 0 and no stride of 0: an expanded tensor, e.g. the dO of a
   // loss that broadcasts a weight over rows and heads, goes to the FA2-structured kernel.
   if (f.seqlen_q <= 0 || f.seqlen_k <= 0) return false;
-  for (int64_t stride : {f.q_row_stride, f.q_head_stride, f.q_batch_stride, f.k_row_stride, f.k_head_stride,
-                         f.k_batch_stride, f.v_row_stride, f.v_head_stride, f.v_batch_stride, a.p.dout_row_stride,
-                         a.p.dout_head_stride, a.p.dout_batch_stride}) {
-    if (stride <= 0) return false;
+  if (!all_positive({f.q_row_stride, f.q_head_stride, f.q_batch_stride, f.k_row_stride, f.k_head_stride,
+                     f.k_batch_stride, f.v_row_stride, f.v_head_stride, f.v_batch_stride, a.p.dout_row_stride,
+                     a.p.dout_head_stride, a.p.dout_batch_stride})) {
+    return false;
   }
   if (a.warp_specialized == Mode::kAlways) return true;
   // Deterministic, the FA2-structured kernel is 1-4% faster wherever its turns follow the arrival

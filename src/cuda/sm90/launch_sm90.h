@@ -10,6 +10,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/check.h"
+#include "cuda/device_checks.h"  // sm_count
 #include "cuda/mask_policy.h"
 #include "cuda/sm90/fwd_kernel_sm90.h"
 #include "cuda/sm90/kernel_traits_sm90.h"
@@ -25,14 +26,6 @@ auto gmem_view(Pointer ptr, int rows, int head_dim, int heads, int batch, int64_
   using namespace cute;
   return make_tensor(make_gmem_ptr(ptr), make_layout(make_shape(rows, head_dim, heads, batch),
                                                      make_stride(row_stride, _1{}, head_stride, batch_stride)));
-}
-
-inline int sm_count() {
-  int device = 0, count = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
-             "cudaDeviceGetAttribute(multiprocessors)");
-  return count;
 }
 
 template <typename Traits, typename ScorePolicy>
