@@ -14,11 +14,17 @@
 
 namespace tileattn::cuda {
 
-inline void require_sm80() {
-  int device = 0, major = 0, minor = 0;
+// An attribute of the current GPU.
+inline int device_attribute(cudaDeviceAttr attribute, const char* what) {
+  int device = 0, value = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&value, attribute, device), what);
+  return value;
+}
+
+inline void require_sm80() {
+  const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, "cudaDeviceGetAttribute");
+  const int minor = device_attribute(cudaDevAttrComputeCapabilityMinor, "cudaDeviceGetAttribute");
   if (major < 8) {
     throw Error(ErrorCode::kUnsupported, "q",
                 "the CUDA backend needs compute capability 8.0 or newer (Ampere); this GPU is sm" +
@@ -59,20 +65,12 @@ inline bool all_positive(std::initializer_list<int64_t> strides) {
 }
 
 inline int sm_count() {
-  int device = 0, count = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
-             "cudaDeviceGetAttribute(multiprocessors)");
-  return count;
+  return device_attribute(cudaDevAttrMultiProcessorCount, "cudaDeviceGetAttribute(multiprocessors)");
 }
 
 // Shared memory one block may opt in to (227 KB on H100/H200).
 inline int smem_optin_bytes() {
-  int device = 0, bytes = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute(shared memory)");
-  return bytes;
+  return device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "cudaDeviceGetAttribute(shared memory)");
 }
 
 }  // namespace tileattn::cuda
