@@ -50,13 +50,17 @@ struct BwdWsParams {
   typename Traits::TmaQ tma_do;
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
+  typename Traits::TmaKVStore tma_dk;  // set when dk_by_tma
+  typename Traits::TmaKVStore tma_dv;
+  bool dk_by_tma;  // dK, dV are the outputs themselves (no GQA) with 16-byte aligned rows
   cute::Shape<int32_t, int32_t, int32_t, int32_t> q_shape;   // (rows, head dim, heads, batch)
   cute::Shape<int32_t, int32_t, int32_t, int32_t> kv_shape;
   bwd::BwdArgs a;
 };
 
 // Named barriers of the two consumer warpgroups (0 is __syncthreads, unused here).
-constexpr int kWsDsBarrier = 1;  // both halves of dS are in shared memory
+constexpr int kWsDsBarrier = 1;        // both halves of dS are in shared memory
+constexpr int kWsEpilogueBarrier = 2;  // both consumers are done with K and V / have written dK, dV
 
 // The query blocks a key block sees: one run [m_lo, m_hi] (a causal or window mask's visible query
 // rows of a key block are contiguous), walked in the host's order (bwd_walk_order.h); every role
@@ -196,6 +200,50 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Trai
     phase ^= 1u;
   }
   bulk_wait_done();
+}
+
+// dK (times the softmax scale) and dV through the K and V tiles' shared memory, each written back
+// by one TMA store of the whole (kBlockN, head dim) box, which drops the rows past seqlen_k and the
+// columns past head_dim.  The per-element stores this replaces (2 bytes each, addresses computed
+// per element) took ~1 us a CTA in the FA2-structured kernel, where 16-byte stores fixed it; here
+// the walks at 512 tokens run 8 query blocks, so the epilogue is a large share of a CTA.
+template <typename Traits, typename TiledMma, typename Acc>
+__device__ __forceinline__ void ws_store_dkv_by_tma(BwdWsParams<Traits> const& prm, typename Traits::SharedStorage& ss,
+                                                    TiledMma const& mma_dkv, Acc& acc_dk, Acc const& acc_dv,
+                                                    const BwdWalk& walk, int g, int b, int h) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  using KC = typename Traits::_KC;
+  using N = typename Traits::_N;
+  using D = typename Traits::_D;
+  const int tid = threadIdx.x % 128;
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= prm.a.p.fwd.softmax_scale;
+  Tensor rdK = convert_fragment<Element>(acc_dk);
+  Tensor rdV = convert_fragment<Element>(acc_dv);
+  Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKV{});  // (N, D, 1)
+  Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutKV{});
+  auto r2s = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>{}, mma_dkv);
+  auto thr_r2s = r2s.get_thread_slice(tid);
+  // Each consumer's dQ product read K's columns for all 128 keys: K is overwritten only after both
+  // are done with it.
+  named_barrier_sync(kWsEpilogueBarrier, Traits::kConsumerThreads);
+  copy(r2s, thr_r2s.retile_S(rdK), thr_r2s.partition_D(local_tile(sK(_, _, 0), Shape<KC, D>{}, make_coord(g, _0{}))));
+  copy(r2s, thr_r2s.retile_S(rdV), thr_r2s.partition_D(local_tile(sV(_, _, 0), Shape<KC, D>{}, make_coord(g, _0{}))));
+  cutlass::arch::fence_view_async_shared();  // generic-proxy writes, read next by the TMA unit
+  named_barrier_sync(kWsEpilogueBarrier, Traits::kConsumerThreads);
+  if (g == 0 && tid == 0) {
+    auto store = [&](auto const& tma, auto const& s) {
+      Tensor m = tma.get_tma_tensor(prm.kv_shape);
+      Tensor gT = local_tile(m(_, _, h, b), Shape<N, D>{}, make_coord(_, _0{}));
+      auto parts = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(s), group_modes<0, 2>(gT));
+      copy(tma, get<1>(parts)(_, 0), get<0>(parts)(_, walk.n_block));
+    };
+    store(prm.tma_dk, sK);
+    store(prm.tma_dv, sV);
+    tma_store_arrive();
+    tma_store_wait<0>();  // the TMA unit has read the tiles before the CTA's shared memory goes
+  }
 }
 
 template <typename Traits>
@@ -343,6 +391,10 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   }
 
   // dK = scale * sum dS^T Q and dV, this consumer's 64 keys; keys past seqlen_k are not stored.
+  if (prm.dk_by_tma) {
+    ws_store_dkv_by_tma<Traits>(prm, ss, mma_dkv, acc_dk, acc_dv, walk, g, b, h);
+    return;
+  }
   Tensor cKV = thr_dkv.partition_C(make_identity_tensor(Shape<KC, D>{}));
   const int group = f.num_heads / f.num_heads_k;
   CUTE_UNROLL

@@ -75,6 +75,23 @@ void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
   prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, view(f.v, f.seqlen_k, f.num_heads_k, f.v_row_stride, f.v_head_stride, f.v_batch_stride),
                             kv_smem, KVTile{}, _1{});
 
+  prm.dk_by_tma = f.num_heads == f.num_heads_k && a.vector_dk && a.vector_dv && a.p.dk_row_stride > 0 &&
+                  a.p.dk_head_stride > 0 && a.p.dk_batch_stride > 0 && a.p.dv_row_stride > 0 &&
+                  a.p.dv_head_stride > 0 && a.p.dv_batch_stride > 0;  // TMA: no stride of 0
+  if (prm.dk_by_tma) {
+    auto out_view = [&](void* ptr, int64_t row_stride, int64_t head_stride, int64_t batch_stride) {
+      return make_tensor(make_gmem_ptr(static_cast<Element*>(ptr)),
+                         make_layout(make_shape(f.seqlen_k, f.head_dim, f.num_heads_k, f.batch),
+                                     make_stride(row_stride, _1{}, head_stride, batch_stride)));
+    };
+    prm.tma_dk = make_tma_copy(SM90_TMA_STORE{},
+                               out_view(a.p.dk, a.p.dk_row_stride, a.p.dk_head_stride, a.p.dk_batch_stride),
+                               kv_smem, KVTile{}, _1{});
+    prm.tma_dv = make_tma_copy(SM90_TMA_STORE{},
+                               out_view(a.p.dv, a.p.dv_row_stride, a.p.dv_head_stride, a.p.dv_batch_stride),
+                               kv_smem, KVTile{}, _1{});
+  }
+
   auto kernel = &bwd_ws_kernel<Traits>;
   constexpr int kSmem = Traits::kSmemBytes;
   static const cudaError_t opt_in = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);

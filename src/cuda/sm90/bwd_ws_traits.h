@@ -81,6 +81,10 @@ struct BwdWsTraits {
   using TmaKV = decltype(cute::make_tma_copy(
       cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
       cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<_N, _D>{}, cute::_1{}));
+  // dK and dV leave as K and V came: one (kBlockN, head dim) box from the K / V tile's bytes.
+  using TmaKVStore = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_STORE{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
+      cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<_N, _D>{}, cute::_1{}));
 
   // dQ staging rows: kHeadDim + 8 floats (544 B at d128), so a warp's 8-byte stores of 8 rows of
   // the wgmma accumulator land in 4 distinct 32-byte bank groups (the 2-wavefront minimum), and
