@@ -6,7 +6,8 @@
 # Usage (repo root): bash scripts/gpu_ab.sh LIB_A LIB_B [python3 -m bench sweep options...]
 #   e.g. bash scripts/gpu_ab.sh /tmp/main.so /tmp/new.so --headdims 128 --seqlens 512 8192 --direction bwd
 # Writes ab-{a,b}{1,2}.csv under ${OUT:-ab-out}.  AB_BACKEND=tileattn-deterministic times the
-# deterministic backward instead of the default tileattn.
+# deterministic backward instead of the default tileattn.  AB_ENV_A / AB_ENV_B add environment
+# settings to one side only (e.g. AB_ENV_B=TILEATTN_BACKWARD_WS=1 with the same library twice).
 set -u -o pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); shift 2
 OUT=${OUT:-ab-out}
@@ -15,8 +16,9 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 for run in 1 2; do
   for side in a b; do
-    lib=$A; [[ $side == b ]] && lib=$B
-    TILEATTN_LIBRARY=$lib python3 -m bench sweep --backends "$BACKEND" --plot none --out "$OUT/ab-$side$run.csv" "$@" \
+    lib=$A; extra=${AB_ENV_A:-}
+    [[ $side == b ]] && { lib=$B; extra=${AB_ENV_B:-}; }
+    env $extra TILEATTN_LIBRARY=$lib python3 -m bench sweep --backends "$BACKEND" --plot none --out "$OUT/ab-$side$run.csv" "$@" \
       > "$OUT/ab-$side$run.log" 2>&1 || { echo "run $side$run failed: $OUT/ab-$side$run.log"; exit 1; }
   done
 done

@@ -46,6 +46,19 @@ def main():
     ]
     qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
     rows[3] = (rows[3][0], lambda: tileattn.flash_attn_func(qg, kg, vg))
+    dout = torch.randn_like(q)
+
+    def fwd_bwd(attention):
+        def step():
+            qg.grad = kg.grad = vg.grad = None
+            attention(qg, kg, vg).backward(dout)
+        return step
+
+    rows += [
+        ("flash_attn_func forward + backward(dout)", fwd_bwd(tileattn.flash_attn_func)),
+        ("SDPA flash forward + backward(dout)",
+         fwd_bwd(lambda a, b, c: _sdpa(a, b, c).transpose(1, 2))),
+    ]
     for name, fn in rows:
         print(f"{per_call_us(fn):8.1f} us  {name}")
 

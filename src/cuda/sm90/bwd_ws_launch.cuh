@@ -15,11 +15,12 @@
 namespace tileattn::cuda::sm90 {
 
 // The calls it can serve: dense batches (no cu_seqlens, seqused_k), no dropout, softcap or ALiBi,
-// head dims 65-128 with 16-byte aligned rows.  Under auto only from 4096 query rows: each CTA walks
-// its query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue are exposed once per
-// walk; H200, d128, bf16: 16k 411 vs 367 TFLOP/s, 8k 397 vs 361, 4k 372 vs 341, 2k 317 vs 321,
-// 512 126 vs 204 for the FA2-structured kernel (perf-log, 2026-11-29).  Every other call runs
-// the FA2-structured kernel.
+// head dims 65-128 with 16-byte aligned rows.  Under auto from 1024 query rows: each CTA walks its
+// query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue are exposed once per
+// walk.  With dK, dV leaving by TMA (2026-11-30 A/B, H200 bf16, forced against auto): d128 2k
+// +13% (causal +15%), 1k +9% (+4%), 512 even (+10%); d96 2k +15% (+7%), 1k +8% (-3%), 512 +4%
+// (-6%): 512 rows are a wash, so the threshold sits at 1024.  Every other call runs the
+// FA2-structured kernel.
 inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   using Mode = bwd::BwdArgs::WarpSpecialized;
   if (a.warp_specialized == Mode::kNever) return false;
@@ -42,7 +43,7 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   // 254-258; with the plain order (unmasked, more key blocks than half the SMs) this one is ahead
   // (16k 327 vs 304-306).
   if (a.deterministic && a.walk_order != bwd::WalkOrder::kFromTop) return false;
-  return f.seqlen_q >= 4096;
+  return f.seqlen_q >= 1024;
 }
 
 template <int kHeadDim, typename Element>
