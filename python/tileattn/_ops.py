@@ -117,11 +117,34 @@ def _direct(run):
     return call
 
 
+# The rng_state of every eager call without dropout: nothing writes it and the backward ignores
+# it, so one shared tensor saves an allocation per call.  The op (traced) path still returns a
+# fresh one, as a custom op's outputs must be.
+_NO_DROPOUT_RNG_STATE = torch.zeros((2,), dtype=torch.int64)
+
+
+def _eager_outputs(run):
+    """A forward's launch for autograd's eager path (_eager_function): the op's outputs but with
+    None instead of the empty attn_probs placeholder, and the shared rng_state whenever seed and
+    offset are 0 (always without dropout; a dropout call seeded with 0 at offset 0 saves those
+    values too)."""
+    def call(*args):
+        out, lse, probs, seed, offset = run(*args[:-1])
+        rng_state = (_NO_DROPOUT_RNG_STATE if seed == 0 and offset == 0
+                     else _seed_offset_tensor(seed, offset))
+        return out, lse, probs, rng_state
+    return call
+
+
 def _rng_state_tensor(dropout_p, seed, offset):
     """(seed, offset) as int64 (the uint64 seed in two's complement), on the CPU so reading it in
     the backward never syncs.  Without dropout the backward ignores it."""
     if dropout_p == 0:
         return torch.zeros((2,), dtype=torch.int64)
+    return _seed_offset_tensor(seed, offset)
+
+
+def _seed_offset_tensor(seed, offset):
     return torch.tensor([seed - _U64 if seed >= 1 << 63 else seed, offset], dtype=torch.int64)
 
 
@@ -526,10 +549,15 @@ def _eager_function(name, impl, setup_context, grads, backward_op, backward_impl
     def forward(ctx, *inputs):
         output = impl(*inputs)
         setup_context(ctx, inputs, output)
-        ctx.mark_non_differentiable(*output[1:])
+        ctx.mark_non_differentiable(*(x for x in output[1:] if x is not None))
+        # The backward reads only dout: without this autograd builds a zero gradient for each
+        # unused output (lse, probs, rng_state), one more allocation and fill kernel per call.
+        ctx.set_materialize_grads(False)
         return output
 
     def backward(ctx, dout, _dlse, _dprobs, _drng):
+        if dout is None:  # no gradient reached `out` (grads are not materialized as zeros)
+            return (None,) * len(ctx.needs_input_grad)
         # create_graph=True records the backward: the op then refuses a double backward.
         return grads(ctx, dout, backward_op if torch.is_grad_enabled() else backward_impl)
 
@@ -538,9 +566,10 @@ def _eager_function(name, impl, setup_context, grads, backward_op, backward_impl
         "backward": staticmethod(backward)})
 
 
-_EagerFwd = _eager_function("_EagerFwd", _fwd_impl, _fwd_setup_context, _fwd_grads,
+_EagerFwd = _eager_function("_EagerFwd", _eager_outputs(_fwd_run), _fwd_setup_context, _fwd_grads,
                             torch.ops.tileattn.bwd, _bwd_impl)
-_EagerVarlenFwd = _eager_function("_EagerVarlenFwd", _varlen_fwd_impl, _varlen_fwd_setup_context,
+_EagerVarlenFwd = _eager_function("_EagerVarlenFwd", _eager_outputs(_varlen_fwd_run),
+                                  _varlen_fwd_setup_context,
                                   _varlen_fwd_grads, torch.ops.tileattn.varlen_bwd,
                                   _varlen_bwd_impl)
 

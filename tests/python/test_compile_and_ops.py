@@ -159,3 +159,26 @@ def test_eager_autograd_path_matches_the_op(device):
     assert torch.equal(fast, through_op)
     for name, a, b in zip("qkv", fast_grads, op_grads):
         assert torch.equal(a, b), f"d{name} differs"
+
+
+class _NoGradient(torch.autograd.Function):
+    """Identity whose backward sends no gradient (None) on."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+def test_backward_without_a_gradient_for_out(device):
+    """The eager path does not build zero gradients for unused outputs, so its backward can be
+    reached with no gradient for out at all: q, k, v then get none from attention."""
+    q, k, v = (rand(1, 17, 2, 16, dtype=torch.bfloat16, device=device, requires_grad=True)
+               for _ in range(3))
+    out = flash_attn_func(q, k, v)
+    (_NoGradient.apply(out).float().sum() + q.float().sum()).backward()
+    assert torch.equal(q.grad, torch.ones_like(q))
+    assert k.grad is None or not k.grad.any()
