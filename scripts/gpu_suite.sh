@@ -12,9 +12,12 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export TILEATTN_LIBRARY=$LIB PYTHONPATH=$PWD/python:$PWD/tests/python PYTHONUNBUFFERED=1
 rc=0
+# A test still running after 90 s dumps every thread's stack into its log (pytest's faulthandler),
+# so a kernel that hangs names its test before the step's time limit kills it.
+PYTEST="python3 -m pytest -q -p no:cacheprovider -o faulthandler_timeout=90"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.log"
 if [[ $WHAT == all || $WHAT == tests ]]; then
-  TILEATTN_TEST_DEVICES=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 \
+  TILEATTN_TEST_DEVICES=cuda timeout 300 $PYTEST tests/python 2>&1 \
     | tee "$OUT/pytest_cuda.log" | tail -4 || rc=1
   if [[ ${SKIP_CHECK_FORWARD:-0} != 1 ]]; then
     timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward.log" 2>&1 || rc=1
@@ -24,14 +27,14 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   # tests again with the sm80 family forced, which serves dropout, varlen and other GPUs.
   TILEATTN_FORWARD_FAMILY=sm80 timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward_sm80.log" 2>&1 || rc=1
   tail -2 "$OUT/check_forward_sm80.log"
-  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm80 timeout 300 python3 -m pytest -q -p no:cacheprovider \
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm80 timeout 300 $PYTEST \
     tests/python -k "not grad and not backward" 2>&1 | tee "$OUT/pytest_cuda_sm80.log" | tail -2 || rc=1
   timeout 300 python3 tests/cuda/check_backward.py > "$OUT/check_backward.log" 2>&1 || rc=1
   tail -1 "$OUT/check_backward.log"
   # On sm90 the backward's products run on wgmma; the same checks with the mma.sync products.
   TILEATTN_BACKWARD_FAMILY=sm80 timeout 300 python3 tests/cuda/check_backward.py > "$OUT/check_backward_sm80.log" 2>&1 || rc=1
   tail -1 "$OUT/check_backward_sm80.log"
-  TILEATTN_TEST_DEVICES=cuda TILEATTN_BACKWARD_FAMILY=sm80 timeout 300 python3 -m pytest -q -p no:cacheprovider \
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_BACKWARD_FAMILY=sm80 timeout 300 $PYTEST \
     tests/python -k "grad or backward" 2>&1 | tee "$OUT/pytest_cuda_bwd_sm80.log" | tail -2 || rc=1
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_backward.py \
     > "$OUT/sanitize_backward.log" 2>&1 || rc=1
@@ -40,7 +43,7 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   # under auto; the checks, gradient tests and memcheck again with it at every size it can serve.
   TILEATTN_BACKWARD_WS=1 timeout 300 python3 tests/cuda/check_backward.py > "$OUT/check_backward_ws.log" 2>&1 || rc=1
   tail -1 "$OUT/check_backward_ws.log"
-  TILEATTN_TEST_DEVICES=cuda TILEATTN_BACKWARD_WS=1 timeout 300 python3 -m pytest -q -p no:cacheprovider \
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_BACKWARD_WS=1 timeout 300 $PYTEST \
     tests/python -k "grad or backward" 2>&1 | tee "$OUT/pytest_cuda_bwd_ws.log" | tail -2 || rc=1
   TILEATTN_BACKWARD_WS=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
     python3 tests/cuda/sanitize_backward.py > "$OUT/sanitize_backward_ws.log" 2>&1 || rc=1
@@ -51,7 +54,7 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   # Decode on sm90 picks its kernel by size (TMA-staged K/V for short caches or one sequence,
   # registers elsewhere, none under 16 MB), and the tests' caches are small: the decode tests and
   # memcheck again with the TMA kernel forced at every size.
-  TILEATTN_TEST_DEVICES=cuda TILEATTN_DECODE_FAMILY=sm90 timeout 120 python3 -m pytest -q -p no:cacheprovider \
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_DECODE_FAMILY=sm90 timeout 120 $PYTEST \
     tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$OUT/pytest_decode_tma.log" | tail -2 || rc=1
   TILEATTN_DECODE_FAMILY=sm90 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
     python3 tests/cuda/sanitize_decode.py > "$OUT/sanitize_decode_tma.log" 2>&1 || rc=1
