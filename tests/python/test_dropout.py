@@ -14,9 +14,10 @@ def keep_from_probs(probs):
     return ~torch.signbit(probs)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_mask_is_the_philox_mapping_and_gradients_match(device, causal):
-    batch, seqlen_q, seqlen_k, heads, heads_k, head_dim, p = 2, 37, 130, 6, 3, 64, 0.17
+def test_mask_is_the_philox_mapping_and_gradients_match(device, causal, head_dim):
+    batch, seqlen_q, seqlen_k, heads, heads_k, p = 2, 37, 130, 6, 3, 0.17
     for dtype in dtypes_for(device):
         q = rand(batch, seqlen_q, heads, head_dim, dtype=dtype, device=device, requires_grad=True)
         k = rand(batch, seqlen_k, heads_k, head_dim, dtype=dtype, device=device, requires_grad=True)
