@@ -41,7 +41,7 @@ __device__ __forceinline__ ScorePolicy make_score_policy(ForwardParams const& p,
   return policy;
 }
 
-template <typename Traits, typename ScorePolicy>
+template <typename Traits, typename ScorePolicy, typename DropoutPolicy>
 __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, typename Traits::SharedStorage& ss,
                                              int consumer) {
   using namespace cute;
@@ -96,6 +96,11 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
                                                 p.window_left, p.window_right);
     const VisibilityMask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
     const ScorePolicy score_policy = make_score_policy<ScorePolicy>(p, seq, tc.batch, tc.head);
+    DropoutPolicy dropout{};
+    if constexpr (DropoutPolicy::kEnabled) {
+      dropout = DropoutPolicy{p.philox_seed, p.philox_offset, tc.batch, tc.head, p.num_heads,
+                              prm.args.dropout_threshold};
+    }
 
     SplitOnlineSoftmax<kRowsPerThread> softmax;
     softmax.init(prm.args.scale_log2);
@@ -151,6 +156,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       release_q_after_last_qk(n);
       scores_of_block(n);
       softmax.score_step(scores, correction);  // O is still zero: no rescale
+      dropout.apply(scores, coords, row0, n * kBlockN);
       Tensor rP = convert_fragment<Element>(acc_s);
       Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
 
@@ -169,6 +175,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         release_q_after_last_qk(n);
         scores_of_block(n);
         const bool rescale = softmax.score_step(scores, correction);
+        dropout.apply(scores, coords, row0, n * kBlockN);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_o);
         EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
@@ -187,7 +194,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     }
 
     float lse[kRowsPerThread];
-    softmax.finalize(acc_o_rows, lse);
+    softmax.finalize(acc_o_rows, prm.args.output_scale, lse);
     float* lse_rows = p.softmax_lse + lse_offset(p, seq, row0, tc.head);
     store_tile_output<Traits>(prm, ss, consumer, tid, tc, seq, lse_rows, seq.seqlen_q - row0, acc_o, lse);
   }

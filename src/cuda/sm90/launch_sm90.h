@@ -28,7 +28,7 @@ auto gmem_view(Pointer ptr, int rows, int head_dim, int heads, int batch, int64_
                                                      make_stride(row_stride, _1{}, head_stride, batch_stride)));
 }
 
-template <typename Traits, typename ScorePolicy>
+template <typename Traits, typename ScorePolicy, typename DropoutPolicy>
 void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -70,7 +70,7 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   const bool uneven = p.window_left >= 0 || p.window_right >= 0;
   prm.scheduler = TileScheduler::make(num_m_blocks, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven);
 
-  auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy>;
+  auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy>;
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(max dynamic shared memory)");
@@ -84,21 +84,25 @@ int fwd_smem_bytes_sm90() {
   return Sm90Traits<kHeadDim, Element>::kSmemBytes;
 }
 
-// Four kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
-// ALiBi, a negative scale), each with and without sequence bounds inside the tensors (varlen,
-// seqused_k; sequence_bounds_sm90.h).  Dropout stays on the sm80 family.
+// Six kernels per bucket: plain scores (scale folded into exp2), transformed scores (softcap,
+// ALiBi, a negative scale) and transformed scores with dropout (which the caller marks as
+// transformed), each with and without sequence bounds inside the tensors (varlen, seqused_k;
+// sequence_bounds_sm90.h).
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
   using BoundsTraits = SequenceBoundsTraits<Traits>;
   const ForwardParams& p = args.params;
   const bool bounds = p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
-  if (variant.transformed_scores) {
-    bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores>(args, stream)
-           : launch_fwd_sm90_variant<Traits, ModifiedScores>(args, stream);
+  if (variant.dropout) {
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores, PhiloxDropout>(args, stream)
+           : launch_fwd_sm90_variant<Traits, ModifiedScores, PhiloxDropout>(args, stream);
+  } else if (variant.transformed_scores) {
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores, NoDropout>(args, stream)
+           : launch_fwd_sm90_variant<Traits, ModifiedScores, NoDropout>(args, stream);
   } else {
-    bounds ? launch_fwd_sm90_variant<BoundsTraits, PlainScores>(args, stream)
-           : launch_fwd_sm90_variant<Traits, PlainScores>(args, stream);
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, PlainScores, NoDropout>(args, stream)
+           : launch_fwd_sm90_variant<Traits, PlainScores, NoDropout>(args, stream);
   }
 }
 
