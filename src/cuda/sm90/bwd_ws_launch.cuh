@@ -38,11 +38,9 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
     return false;
   }
   if (a.warp_specialized == Mode::kAlways) return true;
-  // Deterministic, the FA2-structured kernel is 1-4% faster wherever its turns follow the arrival
-  // order (rotated or up from the diagonal): d128 8k 299-303 vs 290-294, causal 4k 266-270 vs
-  // 254-258; with the plain order (unmasked, more key blocks than half the SMs) this one is ahead
-  // (16k 327 vs 304-306).
-  if (a.deterministic && a.walk_order != bwd::WalkOrder::kFromTop) return false;
+  // Deterministic calls too: with two dQ writers this kernel's deterministic mode passed the
+  // FA2-structured kernel's at every length from 2k (d128, 2026-11-30: 8k 331-336 against
+  // 299-303, 4k 317-322 against 292-293, causal 8k 319-320 against 292-297).
   return f.seqlen_q >= 1024;
 }
 
