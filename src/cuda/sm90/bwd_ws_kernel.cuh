@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
       ws_load_tiles<Traits>(prm, ss, walk, b, h, h / (f.num_heads / f.num_heads_k));
     } else if (warp == 1) {
       ws_stage_row_stats<Traits>(prm.a, ss, walk, h);
-    } else if (warp - 2 < dq_writers(prm.a)) {
+    } else if (warp >= 2 && warp - 2 < dq_writers(prm.a)) {  // lanes 1-31 of warp 0 are idle too
       ws_write_dq<Traits>(prm.a, ss, walk, b, h, warp - 2, dq_writers(prm.a));
     }
   } else {
