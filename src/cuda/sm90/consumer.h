@@ -156,9 +156,13 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       release_q_after_last_qk(n);
       scores_of_block(n);
       softmax.score_step(scores, correction);  // O is still zero: no rescale
-      dropout.apply(scores, coords, row0, n * kBlockN);
       Tensor rP = convert_fragment<Element>(acc_s);
       Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
+      // Dropout zeroes P's 16-bit copy, after the row sums took the undropped values: with S's 32
+      // float registers free by then the Philox draws fit without spilling (drawn on S they
+      // spilled 1.7 KB a thread at d128).
+      Tensor rP_rows = make_tensor(rP.data(), gmma_acc_rowcol_layout(rP.layout()));
+      dropout.apply(rP_rows, coords, row0, n * kBlockN);
 
       for (--n; n >= range.n_block_min; --n) {
         zero_v_past_keys(n + 1);  // before the turn: it must not hold up the other consumer
@@ -175,13 +179,13 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         release_q_after_last_qk(n);
         scores_of_block(n);
         const bool rescale = softmax.score_step(scores, correction);
-        dropout.apply(scores, coords, row0, n * kBlockN);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_o);
         EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
         v_stage.advance();
         if (rescale) softmax.rescale_o(acc_o_rows, correction);
         rP = convert_fragment<Element>(acc_s);
+        dropout.apply(rP_rows, coords, row0, n * kBlockN);
       }
 
       zero_v_past_keys(range.n_block_min);
