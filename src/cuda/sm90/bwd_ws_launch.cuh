@@ -11,6 +11,7 @@
 #include "cuda/check.h"
 #include "cuda/device_checks.h"  // all_positive
 #include "cuda/sm90/bwd_ws_kernel.cuh"
+#include "cuda/sm90/gmem_view.h"
 
 namespace tileattn::cuda::sm90 {
 
@@ -57,9 +58,8 @@ void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
   prm.kv_shape = make_shape(f.seqlen_k, f.head_dim, f.num_heads_k, f.batch);
   auto view = [&](const void* ptr, int rows, int heads, int64_t row_stride, int64_t head_stride,
                   int64_t batch_stride) {
-    return make_tensor(make_gmem_ptr(static_cast<const Element*>(ptr)),
-                       make_layout(make_shape(rows, f.head_dim, heads, f.batch),
-                                   make_stride(row_stride, _1{}, head_stride, batch_stride)));
+    return gmem_view(static_cast<const Element*>(ptr), rows, f.head_dim, heads, f.batch, row_stride, head_stride,
+                     batch_stride);
   };
   using QTile = Shape<typename Traits::_M, typename Traits::_D>;
   using KVTile = Shape<typename Traits::_N, typename Traits::_D>;
@@ -76,14 +76,13 @@ void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
   prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, view(f.v, f.seqlen_k, f.num_heads_k, f.v_row_stride, f.v_head_stride, f.v_batch_stride),
                             kv_smem, KVTile{}, _1{});
 
-  prm.dk_by_tma = f.num_heads == f.num_heads_k && a.vector_dk && a.vector_dv && a.p.dk_row_stride > 0 &&
-                  a.p.dk_head_stride > 0 && a.p.dk_batch_stride > 0 && a.p.dv_row_stride > 0 &&
-                  a.p.dv_head_stride > 0 && a.p.dv_batch_stride > 0;  // TMA: no stride of 0
+  prm.dk_by_tma = f.num_heads == f.num_heads_k && a.vector_dk && a.vector_dv &&
+                  all_positive({a.p.dk_row_stride, a.p.dk_head_stride, a.p.dk_batch_stride, a.p.dv_row_stride,
+                                a.p.dv_head_stride, a.p.dv_batch_stride});  // TMA: no stride of 0
   if (prm.dk_by_tma) {
     auto out_view = [&](void* ptr, int64_t row_stride, int64_t head_stride, int64_t batch_stride) {
-      return make_tensor(make_gmem_ptr(static_cast<Element*>(ptr)),
-                         make_layout(make_shape(f.seqlen_k, f.head_dim, f.num_heads_k, f.batch),
-                                     make_stride(row_stride, _1{}, head_stride, batch_stride)));
+      return gmem_view(static_cast<Element*>(ptr), f.seqlen_k, f.head_dim, f.num_heads_k, f.batch, row_stride,
+                       head_stride, batch_stride);
     };
     prm.tma_dk = make_tma_copy(SM90_TMA_STORE{},
                                out_view(a.p.dk, a.p.dk_row_stride, a.p.dk_head_stride, a.p.dk_batch_stride),
