@@ -3,8 +3,8 @@
 // src/cuda/sm90) on a compute capability 9.0 GPU when it supports the call, else the sm80-family
 // tiled kernel for the head-dim bucket, else the fallback kernel.
 // TILEATTN_FORWARD_FAMILY=auto|sm90|sm80 (default auto) picks the family: auto and sm90 use the
-// sm90 kernels where they apply (a call they do not support -- dropout, unaligned or zero strides,
-// an unbuilt bucket -- runs on the sm80 family); sm80 forces the sm80 family, for comparisons and
+// sm90 kernels where they apply (a call they do not support -- unaligned or zero strides, an
+// unbuilt bucket -- runs on the sm80 family); sm80 forces the sm80 family, for comparisons and
 // as an escape hatch.  Any other value is an error naming the variable (cuda/kernel_family.h).
 #include <cuda_runtime.h>
 #include <cutlass/numeric_types.h>
@@ -67,14 +67,14 @@ const FwdInstance* find_sm90_instance(int head_dim, tileattn_dtype dtype) {
   return nullptr;
 }
 
-// What the sm90 kernel covers: no dropout, positive strides (TMA descriptors; varlen's batch
+// What the sm90 kernel covers: positive strides (TMA descriptors; varlen's batch
 // strides are unused), at least one key row (a TMA dimension of 0 is invalid) and, in varlen form,
 // packed row counts that fit the descriptors' int32 dimensions.  Varlen and seqused_k run the
 // kernel built for sequence bounds inside the tensors (src/cuda/sm90/sequence_bounds_sm90.h).
 // Alignment is checked with the sm80 family's 16-byte rule, which TMA also needs.
-bool sm90_supports(const ForwardParams& p, bool dropout) {
+bool sm90_supports(const ForwardParams& p) {
   const bool varlen = p.cu_seqlens_q != nullptr;
-  if (dropout || p.seqlen_k <= 0) return false;
+  if (p.seqlen_k <= 0) return false;
   if (varlen && (p.total_q <= 0 || p.total_k <= 0 || p.total_q > INT32_MAX || p.total_k > INT32_MAX)) return false;
   return all_positive({p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride, p.v_row_stride,
                        p.v_head_stride, p.out_row_stride, p.out_head_stride}) &&
@@ -127,7 +127,7 @@ void cuda_forward(const ForwardParams& p) {
                        vector_aligned(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, varlen);
   const bool sm90_allowed = sm90_family_allowed("TILEATTN_FORWARD_FAMILY");  // first, so a bad value always raises
   const FwdInstance* sm90_instance =
-      aligned && sm90_allowed && sm90_supports(p, dropout) ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
+      aligned && sm90_allowed && sm90_supports(p) ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
   const FwdInstance* instance = find_instance(p.head_dim, p.dtype);
   if (sm90_instance != nullptr && is_sm90_device() && sm90_instance->smem_bytes() <= smem_optin_bytes()) {
     sm90_instance->run(args, variant, stream);

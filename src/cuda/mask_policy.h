@@ -136,8 +136,9 @@ struct PhiloxDropout {
       for (int c = 0; c < cute::size<1>(probs); c += 2) {
         const int col = n0 + cute::get<1>(coords(r, c));
         const Philox4x32 draws = dropout_draws(seed, offset, batch, head, num_heads, row, col);
-        if (draws.x[col & 3] < threshold) probs(r, c) = 0.f;
-        if (draws.x[(col + 1) & 3] < threshold) probs(r, c + 1) = 0.f;
+        using Value = typename TensorP::value_type;  // float, or the 16-bit copy of P (sm90)
+        if (draws.x[col & 3] < threshold) probs(r, c) = Value(0.f);
+        if (draws.x[(col + 1) & 3] < threshold) probs(r, c + 1) = Value(0.f);
       }
     }
   }

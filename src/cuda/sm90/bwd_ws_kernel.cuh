@@ -4,8 +4,9 @@
 //
 //   producer warp 0 (one thread): K, V once; per query block, once its stage is free: Q_i, dO_i (TMA)
 //   producer warp 1:              per query block: LSE_i (log2 units) and D_i into the stage
-//   producer warp 2 (dQ writer):  per query block: adds dQ_i from shared memory to the float32
-//                                 workspace by bulk reductions (in turn order when deterministic)
+//   producer warps 2, 3 (dQ writers, even and odd steps): per query block: adds dQ_i from shared
+//                                 memory to the float32 workspace by bulk reductions (in turn
+//                                 order when deterministic)
 //   consumer g (keys 64g .. 64g + 63), per query block i:
 //     S^T = K_g Q_i^T,  dP^T = V_g dO_i^T                    (wgmma, both operands in smem)
 //     P^T = exp2(S^T scale_log2 - LSE_i)   (0 where masked)  -- while dP^T is on the tensor cores
@@ -158,20 +159,22 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typena
   }
 }
 
-// Warp 2 of the producer warpgroup: each query block's dQ, once both consumers have written their
-// halves to shared memory, goes to the float32 workspace as one 512-byte bulk reduction per row
-// (rows past seqlen_q are not sent: in a packed batch they would be the next sequence's).  When
-// deterministic, lane 0 waits for the block's turn first and releases it after the reductions have
-// landed, so the consumers never wait for a turn or for the reductions.
+// Warps 2 and 3 of the producer warpgroup (`writer` 0 and 1, the even and odd steps of the walk):
+// each query block's dQ, once both consumers have written their halves to shared memory, goes to
+// the float32 workspace as one 512-byte bulk reduction per row (rows past seqlen_q are not sent:
+// in a packed batch they would be the next sequence's).  When deterministic, lane 0 waits for the
+// block's turn first and releases it after the reductions have landed, so the consumers never wait
+// for a turn or for the reductions, and while one writer waits for its reductions to land the
+// other can take the next block.
 template <typename Traits>
 __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Traits::SharedStorage& ss,
-                                            const BwdWalk& walk, int b, int h) {
+                                            const BwdWalk& walk, int b, int h, int writer, int writers) {
   const tileattn_fwd_params& f = a.p.fwd;
   const int lane = threadIdx.x % 32;
   constexpr int kHeadDim = Traits::kHeadDim;
   uint32_t phase = 0;
-  for (int step = 0, m = walk.at(0); m >= 0; m = walk.at(++step)) {
-    EmptyBarrier::wait(&ss.dq_full, phase);
+  for (int step = writer, m = walk.at(step); m >= 0; step += writers, m = walk.at(step)) {
+    EmptyBarrier::wait(&ss.dq_full[writer], phase);
     const int m0 = m * Traits::kBlockM;
     const int valid_rows = walk.seq.seqlen_q - m0;
     float* gdq = a.dq_accum + (h * a.q_rows + packed_q_row(f, walk.seq, m0)) * kHeadDim;
@@ -190,7 +193,7 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Trai
     // the reductions to land, which only this warp waits for.
     bulk_wait_read();
     __syncwarp();
-    if (lane == 0) EmptyBarrier::arrive(&ss.dq_empty);
+    if (lane == 0) EmptyBarrier::arrive(&ss.dq_empty[writer]);
     if (counter != nullptr) {
       bulk_wait_done();
       fence_proxy_async_global();
@@ -245,6 +248,11 @@ __device__ __forceinline__ void ws_store_dkv_by_tma(BwdWsParams<Traits> const& p
     tma_store_wait<0>();  // the TMA unit has read the tiles before the CTA's shared memory goes
   }
 }
+
+// Deterministic calls split the dQ writes over both writer warps (Traits::kDqWriters); atomic ones
+// keep one, whose reductions need no wait before the next block (measured 2026-11-30, d128:
+// deterministic +4-11% from 2k with two, atomic even from 4k and lower at causal 1k).
+__device__ __forceinline__ int dq_writers(const bwd::BwdArgs& a) { return a.dq_turns != nullptr ? 2 : 1; }
 
 template <typename Traits>
 __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typename Traits::SharedStorage& ss,
@@ -309,7 +317,7 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   if (first >= 0) FullBarrier::wait(&ss.kv_full, 0);
   StageCounter<Traits::kStages> stage;
   int buffer = 0;
-  uint32_t dq_phase = 0;
+  const int writers = dq_writers(prm.a);
   for (int step = 0, m = walk.at(0); m >= 0; m = walk.at(++step)) {
     const int m0 = m * kBlockM;
     const KeyBlockRange range = walk.range(m);
@@ -377,15 +385,16 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
 
     // dQ_i (unscaled; the finish kernel applies the softmax scale) -> the writer's buffer, once
     // its bulk copies of the previous block have read it.
-    EmptyBarrier::wait(&ss.dq_empty, dq_phase ^ 1u);
+    // The previous block's writer must have read the buffer; each writer's barriers complete
+    // once per block it takes, so their phase flips every `writers` steps.
+    if (step > 0) EmptyBarrier::wait(&ss.dq_empty[(step - 1) % writers], ((step - 1) / writers) & 1);
     CUTE_UNROLL
     for (int i = 0; i < size(acc_dq); i += 2) {
       const int r = get<0>(cdQ(i)), c = g * (kHeadDim / 2) + get<1>(cdQ(i));
       *reinterpret_cast<float2*>(ss.dq + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
     }
     fence_proxy_async_shared();  // generic writes, read next by the TMA unit
-    EmptyBarrier::arrive(&ss.dq_full);
-    dq_phase ^= 1u;
+    EmptyBarrier::arrive(&ss.dq_full[step % writers]);
     stage.advance();
     buffer ^= 1;
   }
@@ -438,8 +447,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
       FullBarrier::init(&ss.q_full[s], 1 + 32);  // the TMA arm and the 32 row-statistics lanes
       EmptyBarrier::init(&ss.q_empty[s], Traits::kConsumerThreads);
     }
-    EmptyBarrier::init(&ss.dq_full, Traits::kConsumerThreads);
-    EmptyBarrier::init(&ss.dq_empty, 1);
+    for (int w = 0; w < Traits::kDqWriters; ++w) {
+      EmptyBarrier::init(&ss.dq_full[w], Traits::kConsumerThreads);
+      EmptyBarrier::init(&ss.dq_empty[w], 1);
+    }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -453,8 +464,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
       ws_load_tiles<Traits>(prm, ss, walk, b, h, h / (f.num_heads / f.num_heads_k));
     } else if (warp == 1) {
       ws_stage_row_stats<Traits>(prm.a, ss, walk, h);
-    } else if (warp == 2) {
-      ws_write_dq<Traits>(prm.a, ss, walk, b, h);
+    } else if (warp >= 2 && warp - 2 < dq_writers(prm.a)) {  // lanes 1-31 of warp 0 are idle too
+      ws_write_dq<Traits>(prm.a, ss, walk, b, h, warp - 2, dq_writers(prm.a));
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();

@@ -11,6 +11,7 @@
 #include "cuda/check.h"
 #include "cuda/device_checks.h"  // all_positive
 #include "cuda/sm90/bwd_ws_kernel.cuh"
+#include "cuda/sm90/gmem_view.h"
 
 namespace tileattn::cuda::sm90 {
 
@@ -38,12 +39,12 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
     return false;
   }
   if (a.warp_specialized == Mode::kAlways) return true;
-  // Deterministic, the FA2-structured kernel is 1-4% faster wherever its turns follow the arrival
-  // order (rotated or up from the diagonal): d128 8k 299-303 vs 290-294, causal 4k 266-270 vs
-  // 254-258; with the plain order (unmasked, more key blocks than half the SMs) this one is ahead
-  // (16k 327 vs 304-306).
-  if (a.deterministic && a.walk_order != bwd::WalkOrder::kFromTop) return false;
-  return f.seqlen_q >= 1024;
+  // Deterministic calls too: with two dQ writers this kernel's deterministic mode passed the
+  // FA2-structured kernel's at every length from 2k (d128, 2026-11-30: 8k 331-336 against
+  // 299-303, 4k 317-322 against 292-293, causal 8k 319-320 against 292-297), and with one writer
+  // already at 512 rows (+11%, causal +21%), where the FA2-structured kernel's turns are a large
+  // share of its few steps.
+  return f.seqlen_q >= (a.deterministic ? 512 : 1024);
 }
 
 template <int kHeadDim, typename Element>
@@ -57,9 +58,8 @@ void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
   prm.kv_shape = make_shape(f.seqlen_k, f.head_dim, f.num_heads_k, f.batch);
   auto view = [&](const void* ptr, int rows, int heads, int64_t row_stride, int64_t head_stride,
                   int64_t batch_stride) {
-    return make_tensor(make_gmem_ptr(static_cast<const Element*>(ptr)),
-                       make_layout(make_shape(rows, f.head_dim, heads, f.batch),
-                                   make_stride(row_stride, _1{}, head_stride, batch_stride)));
+    return gmem_view(static_cast<const Element*>(ptr), rows, f.head_dim, heads, f.batch, row_stride, head_stride,
+                     batch_stride);
   };
   using QTile = Shape<typename Traits::_M, typename Traits::_D>;
   using KVTile = Shape<typename Traits::_N, typename Traits::_D>;
@@ -76,14 +76,13 @@ void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
   prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, view(f.v, f.seqlen_k, f.num_heads_k, f.v_row_stride, f.v_head_stride, f.v_batch_stride),
                             kv_smem, KVTile{}, _1{});
 
-  prm.dk_by_tma = f.num_heads == f.num_heads_k && a.vector_dk && a.vector_dv && a.p.dk_row_stride > 0 &&
-                  a.p.dk_head_stride > 0 && a.p.dk_batch_stride > 0 && a.p.dv_row_stride > 0 &&
-                  a.p.dv_head_stride > 0 && a.p.dv_batch_stride > 0;  // TMA: no stride of 0
+  prm.dk_by_tma = f.num_heads == f.num_heads_k && a.vector_dk && a.vector_dv &&
+                  all_positive({a.p.dk_row_stride, a.p.dk_head_stride, a.p.dk_batch_stride, a.p.dv_row_stride,
+                                a.p.dv_head_stride, a.p.dv_batch_stride});  // TMA: no stride of 0
   if (prm.dk_by_tma) {
     auto out_view = [&](void* ptr, int64_t row_stride, int64_t head_stride, int64_t batch_stride) {
-      return make_tensor(make_gmem_ptr(static_cast<Element*>(ptr)),
-                         make_layout(make_shape(f.seqlen_k, f.head_dim, f.num_heads_k, f.batch),
-                                     make_stride(row_stride, _1{}, head_stride, batch_stride)));
+      return gmem_view(static_cast<Element*>(ptr), f.seqlen_k, f.head_dim, f.num_heads_k, f.batch, row_stride,
+                       head_stride, batch_stride);
     };
     prm.tma_dk = make_tma_copy(SM90_TMA_STORE{},
                                out_view(a.p.dk, a.p.dk_row_stride, a.p.dk_head_stride, a.p.dk_batch_stride),

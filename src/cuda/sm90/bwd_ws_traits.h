@@ -90,6 +90,13 @@ struct BwdWsTraits {
   // the wgmma accumulator land in 4 distinct 32-byte bank groups (the 2-wavefront minimum), and
   // every row stays 16-byte aligned for its bulk reduction.
   static constexpr int kDqPitch = kHeadDim + 8;
+  // Deterministic calls: two dQ writer warps take alternate query blocks through the one dQ
+  // buffer.  A deterministic writer holds its block from acquiring the turn until its reductions
+  // have landed (L2 round trips) before it releases the turn; a second writer takes the next block
+  // as soon as the first one's copies have read the buffer, so that wait no longer delays the
+  // consumers.  (A second buffer would need 35 KB more shared memory at d128, which the 227 KB do
+  // not have.)
+  static constexpr int kDqWriters = 2;
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
 
@@ -99,16 +106,16 @@ struct BwdWsTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
-    // dQ of one query block on its way to the workspace (the dQ writer warp's bulk reductions):
+    // dQ of one query block on its way to the workspace (a dQ writer warp's bulk reductions):
     // float32 rows padded to kDqPitch.
-    alignas(128) float dq[kBlockM * (kHeadDim + 8)];
+    alignas(128) float dq[kBlockM * kDqPitch];
     float lse_log2[kStages][kBlockM];  // LSE in log2 units, +inf past seqlen_q
     float delta[kStages][kBlockM];     // D = rowsum(dO o O), 0 past seqlen_q
     uint64_t kv_full;
     uint64_t q_full[kStages];   // Q, dO landed (TMA bytes) and LSE, D staged (32 loader lanes)
     uint64_t q_empty[kStages];  // every consumer thread is done with the stage
-    uint64_t dq_full;           // both consumers' dQ halves are in `dq` (256 arrivals)
-    uint64_t dq_empty;          // the writer's bulk copies have read `dq` (1 arrival)
+    uint64_t dq_full[kDqWriters];   // both consumers' dQ halves are in `dq` for writer w (256 arrivals)
+    uint64_t dq_empty[kDqWriters];  // writer w's bulk copies have read `dq` (1 arrival)
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "H100/H200 opt-in shared memory per block");

@@ -41,7 +41,7 @@ __device__ __forceinline__ ScorePolicy make_score_policy(ForwardParams const& p,
   return policy;
 }
 
-template <typename Traits, typename ScorePolicy>
+template <typename Traits, typename ScorePolicy, typename DropoutPolicy>
 __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, typename Traits::SharedStorage& ss,
                                              int consumer) {
   using namespace cute;
@@ -96,6 +96,11 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
                                                 p.window_left, p.window_right);
     const VisibilityMask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
     const ScorePolicy score_policy = make_score_policy<ScorePolicy>(p, seq, tc.batch, tc.head);
+    DropoutPolicy dropout{};
+    if constexpr (DropoutPolicy::kEnabled) {
+      dropout = DropoutPolicy{p.philox_seed, p.philox_offset, tc.batch, tc.head, p.num_heads,
+                              prm.args.dropout_threshold};
+    }
 
     SplitOnlineSoftmax<kRowsPerThread> softmax;
     softmax.init(prm.args.scale_log2);
@@ -153,6 +158,11 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       softmax.score_step(scores, correction);  // O is still zero: no rescale
       Tensor rP = convert_fragment<Element>(acc_s);
       Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
+      // Dropout zeroes P's 16-bit copy, after the row sums took the undropped values: with S's 32
+      // float registers free by then the Philox draws fit without spilling (drawn on S they
+      // spilled 1.7 KB a thread at d128).
+      Tensor rP_rows = make_tensor(rP.data(), gmma_acc_rowcol_layout(rP.layout()));
+      dropout.apply(rP_rows, coords, row0, n * kBlockN);
 
       for (--n; n >= range.n_block_min; --n) {
         zero_v_past_keys(n + 1);  // before the turn: it must not hold up the other consumer
@@ -175,6 +185,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         v_stage.advance();
         if (rescale) softmax.rescale_o(acc_o_rows, correction);
         rP = convert_fragment<Element>(acc_s);
+        dropout.apply(rP_rows, coords, row0, n * kBlockN);
       }
 
       zero_v_past_keys(range.n_block_min);
@@ -187,7 +198,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     }
 
     float lse[kRowsPerThread];
-    softmax.finalize(acc_o_rows, lse);
+    softmax.finalize(acc_o_rows, prm.args.output_scale, lse);
     float* lse_rows = p.softmax_lse + lse_offset(p, seq, row0, tc.head);
     store_tile_output<Traits>(prm, ss, consumer, tid, tc, seq, lse_rows, seq.seqlen_q - row0, acc_o, lse);
   }

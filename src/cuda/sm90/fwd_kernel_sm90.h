@@ -16,7 +16,7 @@
 
 namespace tileattn::cuda::sm90 {
 
-template <typename Traits, typename ScorePolicy>
+template <typename Traits, typename ScorePolicy, typename DropoutPolicy>
 __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel_sm90(const __grid_constant__ Sm90Params<Traits> prm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel_sm90(const __g
     if (threadIdx.x == 0) run_producer<Traits>(prm, ss);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    run_consumer<Traits, ScorePolicy>(prm, ss, warpgroup - 1);
+    run_consumer<Traits, ScorePolicy, DropoutPolicy>(prm, ss, warpgroup - 1);
   }
 #endif
 }

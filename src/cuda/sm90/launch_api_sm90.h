@@ -9,8 +9,7 @@
 
 namespace tileattn::cuda::sm90 {
 
-// Runs the forward on the sm90 kernel.  The caller has checked sm90_supports(); dropout and varlen
-// batches are not on this path.
+// Runs the forward on the sm90 kernel.  The caller has checked sm90_supports().
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream);
 

@@ -13,22 +13,14 @@
 #include "cuda/device_checks.h"  // sm_count
 #include "cuda/mask_policy.h"
 #include "cuda/sm90/fwd_kernel_sm90.h"
+#include "cuda/sm90/gmem_view.h"
 #include "cuda/sm90/kernel_traits_sm90.h"
 #include "cuda/sm90/launch_api_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
 
 namespace tileattn::cuda::sm90 {
 
-// (rows, head_dim, heads, batch) view of one of q, k, v, out for the TMA descriptor.
-template <typename Traits, typename Pointer>
-auto gmem_view(Pointer ptr, int rows, int head_dim, int heads, int batch, int64_t row_stride,
-               int64_t head_stride, int64_t batch_stride) {
-  using namespace cute;
-  return make_tensor(make_gmem_ptr(ptr), make_layout(make_shape(rows, head_dim, heads, batch),
-                                                     make_stride(row_stride, _1{}, head_stride, batch_stride)));
-}
-
-template <typename Traits, typename ScorePolicy>
+template <typename Traits, typename ScorePolicy, typename DropoutPolicy>
 void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -48,13 +40,13 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   auto batch_stride = [&](int64_t stride, int rows, int64_t row_stride) { return varlen ? rows * row_stride : stride; };
   prm.q_shape = make_shape(q_rows, p.head_dim, p.num_heads, batch);
   prm.kv_shape = make_shape(kv_rows, p.head_dim, p.num_heads_k, batch);
-  auto q = gmem_view<Traits>(static_cast<const Element*>(p.q), q_rows, p.head_dim, p.num_heads, batch,
+  auto q = gmem_view(static_cast<const Element*>(p.q), q_rows, p.head_dim, p.num_heads, batch,
                              p.q_row_stride, p.q_head_stride, batch_stride(p.q_batch_stride, q_rows, p.q_row_stride));
-  auto k = gmem_view<Traits>(static_cast<const Element*>(p.k), kv_rows, p.head_dim, p.num_heads_k, batch,
+  auto k = gmem_view(static_cast<const Element*>(p.k), kv_rows, p.head_dim, p.num_heads_k, batch,
                              p.k_row_stride, p.k_head_stride, batch_stride(p.k_batch_stride, kv_rows, p.k_row_stride));
-  auto v = gmem_view<Traits>(static_cast<const Element*>(p.v), kv_rows, p.head_dim, p.num_heads_k, batch,
+  auto v = gmem_view(static_cast<const Element*>(p.v), kv_rows, p.head_dim, p.num_heads_k, batch,
                              p.v_row_stride, p.v_head_stride, batch_stride(p.v_batch_stride, kv_rows, p.v_row_stride));
-  auto o = gmem_view<Traits>(static_cast<Element*>(p.out), q_rows, p.head_dim, p.num_heads, batch,
+  auto o = gmem_view(static_cast<Element*>(p.out), q_rows, p.head_dim, p.num_heads, batch,
                              p.out_row_stride, p.out_head_stride,
                              batch_stride(p.out_batch_stride, q_rows, p.out_row_stride));
   prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQHalf{}, Shape<Rows, HeadDim>{}, _1{});
@@ -70,7 +62,7 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   const bool uneven = p.window_left >= 0 || p.window_right >= 0;
   prm.scheduler = TileScheduler::make(num_m_blocks, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven);
 
-  auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy>;
+  auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy>;
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(max dynamic shared memory)");
@@ -84,21 +76,25 @@ int fwd_smem_bytes_sm90() {
   return Sm90Traits<kHeadDim, Element>::kSmemBytes;
 }
 
-// Four kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
-// ALiBi, a negative scale), each with and without sequence bounds inside the tensors (varlen,
-// seqused_k; sequence_bounds_sm90.h).  Dropout stays on the sm80 family.
+// Six kernels per bucket: plain scores (scale folded into exp2), transformed scores (softcap,
+// ALiBi, a negative scale) and transformed scores with dropout (which the caller marks as
+// transformed), each with and without sequence bounds inside the tensors (varlen, seqused_k;
+// sequence_bounds_sm90.h).
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
   using BoundsTraits = SequenceBoundsTraits<Traits>;
   const ForwardParams& p = args.params;
   const bool bounds = p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
-  if (variant.transformed_scores) {
-    bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores>(args, stream)
-           : launch_fwd_sm90_variant<Traits, ModifiedScores>(args, stream);
+  if (variant.dropout) {
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores, PhiloxDropout>(args, stream)
+           : launch_fwd_sm90_variant<Traits, ModifiedScores, PhiloxDropout>(args, stream);
+  } else if (variant.transformed_scores) {
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores, NoDropout>(args, stream)
+           : launch_fwd_sm90_variant<Traits, ModifiedScores, NoDropout>(args, stream);
   } else {
-    bounds ? launch_fwd_sm90_variant<BoundsTraits, PlainScores>(args, stream)
-           : launch_fwd_sm90_variant<Traits, PlainScores>(args, stream);
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, PlainScores, NoDropout>(args, stream)
+           : launch_fwd_sm90_variant<Traits, PlainScores, NoDropout>(args, stream);
   }
 }
 

@@ -93,15 +93,17 @@ struct SplitOnlineSoftmax {
     }
   }
 
-  // O <- O / rowsum and the natural-log LSE.
+  // O <- O * output_scale / rowsum and the natural-log LSE.  output_scale is 1/(1 - p) with
+  // dropout (the row sums count the dropped probabilities: they normalize the undropped softmax),
+  // else 1.
   template <typename TensorO>
-  __device__ __forceinline__ void finalize(TensorO& acc_o, float (&lse)[kRows]) {
+  __device__ __forceinline__ void finalize(TensorO& acc_o, float output_scale, float (&lse)[kRows]) {
     constexpr float kLn2 = 0.6931471805599453f;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float sum = quad_allreduce(row_sum[r], SumOp{});
       const bool empty = !(sum > 0.f);
-      const float inv = empty ? 0.f : 1.f / sum;
+      const float inv = empty ? 0.f : output_scale / sum;
       lse[r] = empty ? INFINITY : row_max[r] * scale_log2 * kLn2 + logf(sum);
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(acc_o); ++c) acc_o(r, c) *= inv;
