@@ -40,11 +40,11 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   }
   if (a.warp_specialized == Mode::kAlways) return true;
   // Deterministic calls too: with two dQ writers this kernel's deterministic mode passed the
-  // FA2-structured kernel's at every length from 2k (d128, 2026-11-30: 8k 331-336 against
-  // 299-303, 4k 317-322 against 292-293, causal 8k 319-320 against 292-297), and with one writer
-  // already at 512 rows (+11%, causal +21%), where the FA2-structured kernel's turns are a large
-  // share of its few steps.
-  return f.seqlen_q >= (a.deterministic ? 512 : 1024);
+  // FA2-structured kernel's from 1k rows (2026-11-30 A/B against main's dispatch, H200 bf16:
+  // d128 1k +10%, 4k +8%, 16k +9%, d96 +7-10%), causal from 4k (+5-10%) but not at 512 or 1k
+  // (d96 0.86 and 0.91, d128 1.00 and 0.96), where the causal walk has few blocks to overlap.
+  const bool causal_short = f.window_right >= 0 && f.seqlen_q < 2048;
+  return f.seqlen_q >= 1024 && !(a.deterministic && causal_short);
 }
 
 template <int kHeadDim, typename Element>
