@@ -38,30 +38,50 @@ TILEATTN_HOST_DEVICE Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0,
   return counter;
 }
 
-// Dropout threshold: an element is dropped when its 32-bit draw is below p * 2^32.
+// Dropout threshold: an element is dropped when its 16-bit draw is below p * 2^16 (p resolved to
+// 1/65536, 256 times finer than flash-attn's 8-bit draws; p = 1 drops every element).
 TILEATTN_HOST_DEVICE uint32_t dropout_threshold(float p) {
-  const double scaled = static_cast<double>(p) * 4294967296.0;
-  return scaled >= 4294967295.0 ? 0xFFFFFFFFu : static_cast<uint32_t>(scaled);
+  const double scaled = static_cast<double>(p) * 65536.0;
+  return scaled >= 65536.0 ? 65536u : static_cast<uint32_t>(scaled);
 }
 
-// The four draws of the Philox call that covers columns 4*(col/4) .. 4*(col/4)+3 of one row:
+// One Philox call gives the 16-bit draws of eight elements: rows {i0, i0 + 8} x columns
+// {j0, j0 + 1, j0 + 8, j0 + 9} with i0 = 16 (i / 16) + i % 8 and j0 = 16 (j / 16) + 2 ((j % 8) / 2).
+// Those are the eight elements one thread holds of a 16 x 16 patch of an mma.sync m16n8 or a
+// wgmma accumulator, so a kernel draws once per eight elements (the first mapping, one 32-bit
+// draw an element, cost the forward 6x its time at d128):
 //   key     = (lo32(seed), hi32(seed))
-//   counter = (col / 4, row, lo32(offset + batch * num_heads + head), hi32(...))
-// Draw number col % 4 belongs to column col.  Row and column count from the start of the
-// sequence (varlen: within its own sequence).  A caller reserves num_batch * num_heads offsets.
+//   counter = (4 (j / 16) + (j % 8) / 2,  8 (i / 16) + i % 8,  lo32(stream), hi32(stream))
+//   stream  = offset + batch * num_heads + head
+// Element (i, j) takes slot 4 ((i / 8) % 2) + 2 ((j / 8) % 2) + j % 2: the low (even slot) or
+// high half of word slot / 2.  Rows and columns count from the start of the sequence (varlen:
+// within its own sequence).  A caller reserves num_batch * num_heads offsets.
 TILEATTN_HOST_DEVICE Philox4x32 dropout_draws(uint64_t seed, uint64_t offset, int batch_index,
                                               int head, int num_heads, int row, int col) {
   const uint64_t stream =
       offset + static_cast<uint64_t>(batch_index) * static_cast<uint64_t>(num_heads) +
       static_cast<uint64_t>(head);
-  const Philox4x32 counter{{static_cast<uint32_t>(col) >> 2, static_cast<uint32_t>(row),
-                            static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}};
+  const uint32_t group_col = (static_cast<uint32_t>(col) >> 4) * 4 + ((static_cast<uint32_t>(col) & 7) >> 1);
+  const uint32_t group_row = (static_cast<uint32_t>(row) >> 4) * 8 + (static_cast<uint32_t>(row) & 7);
+  const Philox4x32 counter{{group_col, group_row, static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}};
   return philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
+// The slot of (row, col) among its group's eight draws, and the draw in a slot.
+TILEATTN_HOST_DEVICE int dropout_slot(int row, int col) {
+  return ((row >> 3) & 1) * 4 + ((col >> 3) & 1) * 2 + (col & 1);
+}
+// Selects rather than draws.x[slot >> 1]: a runtime index would put the four words in local memory.
+TILEATTN_HOST_DEVICE uint32_t dropout_draw16(const Philox4x32& draws, int slot) {
+  const int word = slot >> 1;
+  const uint32_t w = word < 2 ? (word == 0 ? draws.x[0] : draws.x[1]) : (word == 2 ? draws.x[2] : draws.x[3]);
+  return (slot & 1) ? w >> 16 : w & 0xFFFFu;
 }
 
 TILEATTN_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, int batch_index, int head,
                                        int num_heads, int row, int col, uint32_t threshold) {
-  return dropout_draws(seed, offset, batch_index, head, num_heads, row, col).x[col & 3] >= threshold;
+  const Philox4x32 draws = dropout_draws(seed, offset, batch_index, head, num_heads, row, col);
+  return dropout_draw16(draws, dropout_slot(row, col)) >= threshold;
 }
 
 }  // namespace tileattn

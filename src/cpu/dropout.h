@@ -21,13 +21,18 @@ struct DropoutRule {
   // Scales kept entries of one row by 1/(1-p) and zeroes dropped ones.  When `signed_probs` is
   // true it instead negates dropped entries and leaves kept ones alone (the attn_probs encoding).
   void apply_row(float* x, int row, int col0, int cols, bool signed_probs) const {
-    for (int c = 0; c < cols;) {
-      // One Philox call gives the draws of the four columns of one aligned group of 4.
-      const int group = (col0 + c) & ~3;
-      const Philox4x32 draws = dropout_draws(seed, offset, batch_index, head, num_heads, row, group);
-      for (int lane = col0 + c - group; lane < 4 && c < cols; ++lane, ++c) {
-        const bool keep = draws.x[lane] >= threshold;
-        x[c] = signed_probs ? (keep ? x[c] : -x[c]) : (keep ? x[c] * keep_scale : 0.0f);
+    // One Philox call gives this row four draws: columns j, j + 1, j + 8, j + 9 of a 16-column band
+    // (common/philox.h), so the row is walked by band and by column pair within it.
+    const int end = col0 + cols;
+    for (int band = col0 & ~15; band < end; band += 16) {
+      for (int pair = 0; pair < 8; pair += 2) {
+        const Philox4x32 draws = dropout_draws(seed, offset, batch_index, head, num_heads, row, band + pair);
+        for (int col : {band + pair, band + pair + 1, band + pair + 8, band + pair + 9}) {
+          if (col < col0 || col >= end) continue;
+          const bool keep = dropout_draw16(draws, dropout_slot(row, col)) >= threshold;
+          float& e = x[col - col0];
+          e = signed_probs ? (keep ? e : -e) : (keep ? e * keep_scale : 0.0f);
+        }
       }
     }
   }

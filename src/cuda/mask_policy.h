@@ -118,8 +118,14 @@ struct NoDropout {
 
 // Dropout with the shared Philox mapping of common/philox.h: element (row, col) of head `head` in
 // batch `batch` is kept when its draw is >= threshold.  Dropped probabilities become 0 here; the
-// 1/(1-p) factor is applied once in the softmax finalize.  Each thread holds column pairs
-// (2c, 2c+1) that fall in one 4-column Philox group, so one Philox call serves two elements.
+// 1/(1-p) factor is applied once in the softmax finalize.
+//
+// probs is the (rows, cols) view of an mma.sync m16n8 or wgmma accumulator whose warps do not
+// split the keys (the sm80 and sm90 forward kernels): rows 2k and 2k+1 are rows i and i+8 of one
+// 16-row band, columns 4k .. 4k+3 are j, j+1, j+8, j+9 of one 16-column band.  Those eight
+// elements are one Philox group, so one call serves eight elements, each taking slot
+// 4 (row half) + (column index within the four) of it.  A view ordered otherwise draws the
+// wrong slots, which the GPU suite's comparison with the CPU's mask (test_dropout) catches.
 struct PhiloxDropout {
   static constexpr bool kEnabled = true;
   uint64_t seed, offset;
@@ -128,17 +134,22 @@ struct PhiloxDropout {
 
   template <typename TensorP, typename TensorC>
   __device__ __forceinline__ void apply(TensorP& probs, TensorC const& coords, int m0, int n0) const {
-    static_assert(decltype(cute::size<1, 0>(probs))::value == 2, "column pairs");
+    static_assert(decltype(cute::size<0>(probs))::value % 2 == 0, "row halves i, i + 8");
+    static_assert(decltype(cute::size<1>(probs))::value % 4 == 0, "two column pairs a 16-column band");
+    using Value = typename TensorP::value_type;  // float, or the 16-bit copy of P (sm90)
     CUTE_UNROLL
-    for (int r = 0; r < cute::size<0>(probs); ++r) {
-      const int row = m0 + cute::get<0>(coords(r, 0));
+    for (int r = 0; r < cute::size<0>(probs); r += 2) {
       CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(probs); c += 2) {
-        const int col = n0 + cute::get<1>(coords(r, c));
-        const Philox4x32 draws = dropout_draws(seed, offset, batch, head, num_heads, row, col);
-        using Value = typename TensorP::value_type;  // float, or the 16-bit copy of P (sm90)
-        if (draws.x[col & 3] < threshold) probs(r, c) = Value(0.f);
-        if (draws.x[(col + 1) & 3] < threshold) probs(r, c + 1) = Value(0.f);
+      for (int c = 0; c < cute::size<1>(probs); c += 4) {
+        const Philox4x32 draws = dropout_draws(seed, offset, batch, head, num_heads,
+                                               m0 + cute::get<0>(coords(r, c)), n0 + cute::get<1>(coords(r, c)));
+        CUTE_UNROLL
+        for (int half = 0; half < 2; ++half) {
+          CUTE_UNROLL
+          for (int k = 0; k < 4; ++k) {
+            if (dropout_draw16(draws, 4 * half + k) < threshold) probs(r + half, c + k) = Value(0.f);
+          }
+        }
       }
     }
   }

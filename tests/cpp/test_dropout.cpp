@@ -45,6 +45,60 @@ TEST(Dropout, KeepRateIsUnbiased) {
   }
 }
 
+// The mapping as docs/dropout-rng.md states it, written out here with plain arithmetic: counter
+// (4 (j / 16) + (j % 8) / 2, 8 (i / 16) + i % 8, stream), slot 4 ((i / 8) % 2) + 2 ((j / 8) % 2) + j % 2,
+// the low half of word slot / 2 for an even slot.  Rows and columns past 2^16 check the 32-bit
+// counter words.
+TEST(Dropout, MappingMatchesTheSpecification) {
+  const uint64_t seed = 0x0123456789abcdefull, offset = 0x100000004ull;
+  const int batch = 3, head = 5, heads = 7;
+  const uint64_t stream = offset + batch * heads + head;
+  const uint32_t threshold = dropout_threshold(0.3f);
+  int dropped = 0, checked = 0;
+  for (int i : {0, 1, 7, 8, 9, 15, 16, 23, 31, 100, 70001}) {
+    for (int j : {0, 1, 2, 7, 8, 9, 14, 15, 16, 17, 25, 33, 1000, 65539}) {
+      const Philox4x32 counter{{static_cast<uint32_t>(4 * (j / 16) + (j % 8) / 2),
+                                static_cast<uint32_t>(8 * (i / 16) + i % 8), static_cast<uint32_t>(stream),
+                                static_cast<uint32_t>(stream >> 32)}};
+      const Philox4x32 w = philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+      const int slot = 4 * ((i / 8) % 2) + 2 * ((j / 8) % 2) + j % 2;
+      const uint32_t draw = slot % 2 == 0 ? w.x[slot / 2] & 0xFFFFu : w.x[slot / 2] >> 16;
+      const bool keep = draw >= threshold;
+      EXPECT_EQ(dropout_keep(seed, offset, batch, head, heads, i, j, threshold), keep) << i << ", " << j;
+      dropped += !keep, ++checked;
+    }
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(dropped, checked);
+}
+
+// 16-bit draws: p resolves to 1/65536, and p = 1 drops everything.
+TEST(Dropout, ThresholdIsSixteenBits) {
+  EXPECT_EQ(dropout_threshold(0.5f), 32768u);
+  EXPECT_EQ(dropout_threshold(0.1f), 6553u);
+  EXPECT_EQ(dropout_threshold(1.0f), 65536u);
+  for (int j = 0; j < 64; ++j) EXPECT_FALSE(dropout_keep(9, 0, 0, 0, 1, 3, j, dropout_threshold(1.0f)));
+}
+
+// The eight elements of one group share one call: all eight slots are distinct draws, and the
+// next group along the row or down the band uses another counter.
+TEST(Dropout, GroupSlotsAreDistinct) {
+  const Philox4x32 a = dropout_draws(5, 0, 0, 0, 1, 2, 4);
+  for (int i : {2, 10})
+    for (int j : {4, 5, 12, 13}) {
+      const Philox4x32 b = dropout_draws(5, 0, 0, 0, 1, i, j);
+      for (int w = 0; w < 4; ++w) EXPECT_EQ(a.x[w], b.x[w]) << i << ", " << j;
+    }
+  int slots = 0;
+  for (int i : {2, 10})
+    for (int j : {4, 5, 12, 13}) slots |= 1 << dropout_slot(i, j);
+  EXPECT_EQ(slots, 0xFF);
+  EXPECT_NE(dropout_draws(5, 0, 0, 0, 1, 2, 6).x[0], a.x[0]);
+  EXPECT_NE(dropout_draws(5, 0, 0, 0, 1, 3, 4).x[0], a.x[0]);
+  EXPECT_NE(dropout_draws(5, 0, 0, 0, 1, 18, 4).x[0], a.x[0]);
+  EXPECT_NE(dropout_draws(5, 0, 0, 0, 1, 2, 20).x[0], a.x[0]);
+}
+
 TEST(Dropout, SeedAndOffsetChangeTheMask) {
   const uint32_t threshold = dropout_threshold(0.5f);
   int same_seed = 0, other_seed = 0, other_offset = 0;

@@ -101,7 +101,7 @@ def philox_keep(seed, offset, b, h, H, rows, cols, p):
     r = torch.arange(rows, device=DEV, dtype=torch.int64)[:, None].expand(rows, cols)
     c = torch.arange(cols, device=DEV, dtype=torch.int64)[None, :].expand(rows, cols)
     stream = offset + b * H + h
-    c0, c1 = c >> 2, r.clone()
+    c0, c1 = (c >> 4) * 4 + ((c & 7) >> 1), (r >> 4) * 8 + (r & 7)
     c2 = torch.full_like(r, stream & MASK)
     c3 = torch.full_like(r, (stream >> 32) & MASK)
     k0, k1 = seed & MASK, (seed >> 32) & MASK
@@ -111,9 +111,11 @@ def philox_keep(seed, offset, b, h, H, rows, cols, p):
         hi1, lo1 = (p1 >> 32) & MASK, p1 & MASK
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
         k0, k1 = (k0 + W0) & MASK, (k1 + W1) & MASK
-    draws = torch.stack([c0, c1, c2, c3], -1).gather(-1, (c & 3)[..., None])[..., 0]
-    scaled = float(torch.tensor(p, dtype=torch.float32).item()) * 4294967296.0
-    threshold = 0xFFFFFFFF if scaled >= 4294967295.0 else int(scaled)
+    slot = ((r >> 3) & 1) * 4 + ((c >> 3) & 1) * 2 + (c & 1)
+    words = torch.stack([c0, c1, c2, c3], -1).gather(-1, (slot >> 1)[..., None])[..., 0]
+    draws = torch.where((slot & 1) == 1, words >> 16, words & 0xFFFF)
+    scaled = float(torch.tensor(p, dtype=torch.float32).item()) * 65536.0
+    threshold = 65536 if scaled >= 65536.0 else int(scaled)
     return draws >= threshold
 
 

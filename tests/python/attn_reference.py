@@ -92,12 +92,16 @@ def philox4x32_10(c0, c1, c2, c3, key0, key1):
 
 def dropout_keep(seed, offset, batch, num_heads, seqlen_q, seqlen_k, dropout_p):
     """bool (batch, num_heads, seqlen_q, seqlen_k): the keep mask every backend must draw."""
-    threshold = min(int(dropout_p * 4294967296.0), 0xFFFFFFFF)
+    scaled = float(np.float32(dropout_p)) * 65536.0
+    threshold = 65536 if scaled >= 65536.0 else int(scaled)
     b, h, row, col = np.meshgrid(np.arange(batch), np.arange(num_heads), np.arange(seqlen_q),
                                  np.arange(seqlen_k), indexing="ij")
     stream = (np.uint64(offset) + (b * num_heads + h).astype(np.uint64))
-    draws = philox4x32_10(col.astype(np.uint64) >> np.uint64(2), row.astype(np.uint64),
+    group_col = (col >> 4) * 4 + ((col & 7) >> 1)
+    group_row = (row >> 4) * 8 + (row & 7)
+    draws = philox4x32_10(group_col.astype(np.uint64), group_row.astype(np.uint64),
                           stream & _MASK32, stream >> np.uint64(32), seed & 0xFFFFFFFF, seed >> 32)
-    lane = col & 3
-    value = np.select([lane == 0, lane == 1, lane == 2], draws[:3], draws[3])
+    slot = ((row >> 3) & 1) * 4 + ((col >> 3) & 1) * 2 + (col & 1)
+    word = np.select([slot >> 1 == 0, slot >> 1 == 1, slot >> 1 == 2], draws[:3], draws[3])
+    value = np.where(slot & 1, word >> np.uint64(16), word & np.uint64(0xFFFF))
     return torch.from_numpy(value >= threshold)

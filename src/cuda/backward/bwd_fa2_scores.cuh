@@ -26,46 +26,65 @@ __device__ __forceinline__ void probs_and_score_grads(TensorS& scores, TensorP& 
                                                       const float (&delta)[kRows], const ScoreRule& rule,
                                                       float scale_log2, int m0, int n0) {
   static_assert(decltype(cute::size<0>(scores))::value == kRows);
-  static_assert(decltype(cute::size<1, 0>(scores))::value == 2, "column pairs (one Philox group)");
+  static_assert(kRows % 2 == 0 && decltype(cute::size<1, 0>(scores))::value == 2,
+                "rows i, i + 8 adjacent and column pairs (half of one Philox group)");
+  // Rows r, r + 1 of the view are rows i, i + 8 of one mma.sync band.  This kernel's warps split
+  // the keys, so a thread's next column pair lies in another warp's 8 columns: one Philox call
+  // serves the four elements (i, i + 8) x (j, j + 1) here, words 0 and 2 of the group, or 1 and 3
+  // when j lies in the group's second 8 columns (common/philox.h).
   CUTE_UNROLL
-  for (int r = 0; r < kRows; ++r) {
-    const int row = m0 + cute::get<0>(coords(r, 0));
-    ColumnRange visible{0, 0};
-    if constexpr (kMasked) {
-      visible = visible_columns(row, rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
+  for (int r = 0; r < kRows; r += 2) {
+    int rows[2];
+    ColumnRange visible[2] = {{0, 0}, {0, 0}};
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      rows[h] = m0 + cute::get<0>(coords(r + h, 0));
+      if constexpr (kMasked) {
+        visible[h] = visible_columns(rows[h], rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
+      }
     }
     CUTE_UNROLL
     for (int c = 0; c < cute::size<1>(scores); c += 2) {
       const int col0 = n0 + cute::get<1>(coords(r, c));
-      float keep[2] = {1.f, 1.f};
+      float keep[2][2] = {{1.f, 1.f}, {1.f, 1.f}};
       if constexpr (kDropout) {
         const Philox4x32 draws = dropout_draws(rule.seed, rule.offset, rule.batch_index, rule.head,
-                                               rule.num_heads, row, col0);
-        keep[0] = draws.x[col0 & 3] >= rule.dropout_threshold ? rule.keep_scale : 0.f;
-        keep[1] = draws.x[(col0 + 1) & 3] >= rule.dropout_threshold ? rule.keep_scale : 0.f;
+                                               rule.num_heads, rows[0], col0);
+        const int band = (col0 >> 3) & 1;
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          CUTE_UNROLL
+          for (int j = 0; j < 2; ++j) {
+            keep[h][j] = dropout_draw16(draws, 4 * h + 2 * band + j) >= rule.dropout_threshold ? rule.keep_scale : 0.f;
+          }
+        }
       }
       CUTE_UNROLL
-      for (int j = 0; j < 2; ++j) {
-        const int col = col0 + j;
-        float p, dtanh = 1.f;
-        if constexpr (kTransforms) {
-          float s = scores(r, c + j) * rule.scale;
-          if (rule.softcap > 0.f) {
-            const float th = tanhf(s / rule.softcap);
-            dtanh = 1.f - th * th;
-            s = rule.softcap * th;
+      for (int h = 0; h < 2; ++h) {
+        const int row = rows[h];
+        CUTE_UNROLL
+        for (int j = 0; j < 2; ++j) {
+          const int col = col0 + j;
+          float p, dtanh = 1.f;
+          if constexpr (kTransforms) {
+            float s = scores(r + h, c + j) * rule.scale;
+            if (rule.softcap > 0.f) {
+              const float th = tanhf(s / rule.softcap);
+              dtanh = 1.f - th * th;
+              s = rule.softcap * th;
+            }
+            s -= rule.alibi_slope * alibi_distance(row, col, rule.seqlen_q, rule.seqlen_k);
+            p = fast_exp2(s * kLog2e - lse_log2[r + h]);
+          } else {
+            // One FFMA: the scale and log2(e) fold into scale_log2 (FA2 change 3).
+            p = fast_exp2(scores(r + h, c + j) * scale_log2 - lse_log2[r + h]);
           }
-          s -= rule.alibi_slope * alibi_distance(row, col, rule.seqlen_q, rule.seqlen_k);
-          p = fast_exp2(s * kLog2e - lse_log2[r]);
-        } else {
-          // One FFMA: the scale and log2(e) fold into scale_log2 (FA2 change 3).
-          p = fast_exp2(scores(r, c + j) * scale_log2 - lse_log2[r]);
+          if constexpr (kMasked) {
+            if (col < visible[h].first || col > visible[h].last) p = 0.f;
+          }
+          scores(r + h, c + j) = p * keep[h][j];
+          dprobs(r + h, c + j) = p * (dprobs(r + h, c + j) * keep[h][j] - delta[r + h]) * dtanh;
         }
-        if constexpr (kMasked) {
-          if (col < visible.first || col > visible.last) p = 0.f;
-        }
-        scores(r, c + j) = p * keep[j];
-        dprobs(r, c + j) = p * (dprobs(r, c + j) * keep[j] - delta[r]) * dtanh;
       }
     }
   }

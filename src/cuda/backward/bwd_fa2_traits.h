@@ -51,7 +51,8 @@ struct Fa2BwdTraits {
   using TiledMmaFor = cute::TiledMMA<
       cute::MMA_Atom<typename MmaAtomFor<Element>::type>,
       cute::Layout<cute::Shape<cute::Int<kWarpsM>, cute::Int<kNWarps / kWarpsM>, cute::_1>>,
-      // N permuted to 16 per warp: one B-operand ldmatrix.x4 (16 x 16) feeds two m16n8 atoms.
+      // Tile sizes, no permutation: the warps along N take 8-column atoms in turn (with 4 of them,
+      // warp w holds columns 8w .. 8w+7 of every 32; CuTe's partition_C printed on the host).
       cute::Tile<cute::Int<16 * kWarpsM>, cute::Int<16 * (kNWarps / kWarpsM)>, cute::_16>>;
   using TiledMmaSdP = TiledMmaFor<kConfig.warps_m_sdp>;  // S = Q K^T, dP = dO V^T
   using TiledMmadKV = TiledMmaFor<kConfig.warps_n_dkv>;  // dV += P^T dO, dK += dS^T Q
