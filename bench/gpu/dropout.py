@@ -45,6 +45,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
     args = parser.parse_args()
     gpu, date, commit = torch.cuda.get_device_name(), datetime.date.today().isoformat(), timing.git_commit()
     rows = []
@@ -56,7 +57,8 @@ def main():
                                        requires_grad=True) for _ in range(3))
                 dout = torch.randn_like(q)
                 flops = 4 * batch * heads * seqlen * seqlen * d / (2 if causal else 1)
-                for name, call in BACKENDS.items():
+                for name in args.backends:
+                    call = BACKENDS[name]
                     def forward():
                         with torch.no_grad():
                             call(q, k, v, causal)
