@@ -122,32 +122,57 @@ struct NoDropout {
 //
 // probs is the (rows, cols) view of an mma.sync m16n8 or wgmma accumulator whose warps do not
 // split the keys (the sm80 and sm90 forward kernels): rows 2k and 2k+1 are rows i and i+8 of one
-// 16-row band, columns 4k .. 4k+3 are j, j+1, j+8, j+9 of one 16-column band.  Those eight
+// 16-row band, columns 4g .. 4g+3 are j, j+1, j+8, j+9 of the g-th 16-column band.  Those eight
 // elements are one Philox group, so one call serves eight elements, each taking slot
 // 4 (row half) + (column index within the four) of it.  A view ordered otherwise draws the
 // wrong slots, which the GPU suite's comparison with the CPU's mask (test_dropout) catches.
+//
+// The calls run in a loop that is not unrolled and leave one keep bit an element: unrolled, the
+// compiler interleaved all eight calls of a 64 x 128 tile next to the live S, P and O fragments
+// and spilled (ptxas: 496 bytes a thread at d128; Nsight Compute: 98M local-memory requests in one
+// d128 8k forward, issue slots 25% busy).
 struct PhiloxDropout {
   static constexpr bool kEnabled = true;
   uint64_t seed, offset;
   int batch, head, num_heads;
   uint32_t threshold;
 
+  // Keep bits of the `count` groups of one row pair from column col on, 16 columns apart: bit
+  // 8 g + slot for the g-th.
+  __device__ __forceinline__ uint32_t keep_bits(int row, int col, int count) const {
+    uint32_t bits = 0;
+#pragma unroll 1
+    for (int g = 0; g < count; ++g) {
+      const Philox4x32 draws = dropout_draws(seed, offset, batch, head, num_heads, row, col + 16 * g);
+      uint32_t byte = 0;
+      CUTE_UNROLL
+      for (int slot = 0; slot < 8; ++slot) byte |= uint32_t(dropout_draw16(draws, slot) >= threshold) << slot;
+      bits |= byte << (8 * g);
+    }
+    return bits;
+  }
+
   template <typename TensorP, typename TensorC>
   __device__ __forceinline__ void apply(TensorP& probs, TensorC const& coords, int m0, int n0) const {
     static_assert(decltype(cute::size<0>(probs))::value % 2 == 0, "row halves i, i + 8");
     static_assert(decltype(cute::size<1>(probs))::value % 4 == 0, "two column pairs a 16-column band");
+    constexpr int kGroups = decltype(cute::size<1>(probs))::value / 4;  // 16-column bands a row pair
     using Value = typename TensorP::value_type;  // float, or the 16-bit copy of P (sm90)
     CUTE_UNROLL
     for (int r = 0; r < cute::size<0>(probs); r += 2) {
+      const int row = m0 + cute::get<0>(coords(r, 0)), col = n0 + cute::get<1>(coords(r, 0));
       CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(probs); c += 4) {
-        const Philox4x32 draws = dropout_draws(seed, offset, batch, head, num_heads,
-                                               m0 + cute::get<0>(coords(r, c)), n0 + cute::get<1>(coords(r, c)));
+      for (int word = 0; word < (kGroups + 3) / 4; ++word) {
+        const int count = kGroups - 4 * word < 4 ? kGroups - 4 * word : 4;
+        const uint32_t bits = keep_bits(row, col + 64 * word, count);
         CUTE_UNROLL
-        for (int half = 0; half < 2; ++half) {
+        for (int g = 0; g < count; ++g) {
           CUTE_UNROLL
-          for (int k = 0; k < 4; ++k) {
-            if (dropout_draw16(draws, 4 * half + k) < threshold) probs(r + half, c + k) = Value(0.f);
+          for (int half = 0; half < 2; ++half) {
+            CUTE_UNROLL
+            for (int k = 0; k < 4; ++k) {
+              if (!((bits >> (8 * g + 4 * half + k)) & 1u)) probs(r + half, 4 * (4 * word + g) + k) = Value(0.f);
+            }
           }
         }
       }

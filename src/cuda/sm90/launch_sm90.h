@@ -76,19 +76,23 @@ int fwd_smem_bytes_sm90() {
   return Sm90Traits<kHeadDim, Element>::kSmemBytes;
 }
 
-// Six kernels per bucket: plain scores (scale folded into exp2), transformed scores (softcap,
-// ALiBi, a negative scale) and transformed scores with dropout (which the caller marks as
-// transformed), each with and without sequence bounds inside the tensors (varlen, seqused_k;
-// sequence_bounds_sm90.h).
+// Eight kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
+// ALiBi, a negative scale), each with and without dropout, and each of those with and without
+// sequence bounds inside the tensors (varlen, seqused_k; sequence_bounds_sm90.h).  Dropout with
+// plain scores has its own kernel: through the transformed one it spilled (ptxas at d64: 1076
+// bytes a thread against 8 for plain scores).
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
   using BoundsTraits = SequenceBoundsTraits<Traits>;
   const ForwardParams& p = args.params;
   const bool bounds = p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
-  if (variant.dropout) {
+  if (variant.dropout && variant.transformed_scores) {
     bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores, PhiloxDropout>(args, stream)
            : launch_fwd_sm90_variant<Traits, ModifiedScores, PhiloxDropout>(args, stream);
+  } else if (variant.dropout) {
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, PlainScores, PhiloxDropout>(args, stream)
+           : launch_fwd_sm90_variant<Traits, PlainScores, PhiloxDropout>(args, stream);
   } else if (variant.transformed_scores) {
     bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores, NoDropout>(args, stream)
            : launch_fwd_sm90_variant<Traits, ModifiedScores, NoDropout>(args, stream);
