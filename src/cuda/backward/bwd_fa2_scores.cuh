@@ -7,6 +7,8 @@
 // and overwrites S with Z o P (what dV = (Z o P)^T dO needs) and dP with dS.
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 
 #include "common/mask.h"
@@ -31,7 +33,14 @@ __device__ __forceinline__ void probs_and_score_grads(TensorS& scores, TensorP& 
   // Rows r, r + 1 of the view are rows i, i + 8 of one mma.sync band.  This kernel's warps split
   // the keys, so a thread's next column pair lies in another warp's 8 columns: one Philox call
   // serves the four elements (i, i + 8) x (j, j + 1) here, words 0 and 2 of the group, or 1 and 3
-  // when j lies in the group's second 8 columns (common/philox.h).
+  // when j lies in the group's second 8 columns (common/philox.h).  The calls run first, in a
+  // loop that is not unrolled, and leave four keep bits each: unrolled next to the live score
+  // fragments they spilled, as in the forward (mask_policy.h).
+  constexpr int kCols = decltype(cute::size<1>(scores))::value;
+  // Four keep bits a column pair: 32 bits hold the 8 column pairs of the mma.sync views, the
+  // wgmma views of the sm90 products hold up to 16 (d64).
+  using KeepBits = std::conditional_t<(kCols / 2 * 4 <= 32), uint32_t, uint64_t>;
+  static_assert(kCols / 2 * 4 <= 64, "keep bits of a row pair fit two words");
   CUTE_UNROLL
   for (int r = 0; r < kRows; r += 2) {
     int rows[2];
@@ -43,20 +52,34 @@ __device__ __forceinline__ void probs_and_score_grads(TensorS& scores, TensorP& 
         visible[h] = visible_columns(rows[h], rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
       }
     }
-    CUTE_UNROLL
-    for (int c = 0; c < cute::size<1>(scores); c += 2) {
-      const int col0 = n0 + cute::get<1>(coords(r, c));
-      float keep[2][2] = {{1.f, 1.f}, {1.f, 1.f}};
-      if constexpr (kDropout) {
+    KeepBits keep_bits = 0;  // bit 4 (c / 2) + 2 h + j: element (r + h, c + j) is kept
+    if constexpr (kDropout) {
+#pragma unroll 1
+      for (int c = 0; c < kCols; c += 2) {
+        const int col0 = n0 + cute::get<1>(coords(r, c));
         const Philox4x32 draws = dropout_draws(rule.seed, rule.offset, rule.batch_index, rule.head,
                                                rule.num_heads, rows[0], col0);
         const int band = (col0 >> 3) & 1;
+        uint32_t nibble = 0;
         CUTE_UNROLL
         for (int h = 0; h < 2; ++h) {
           CUTE_UNROLL
           for (int j = 0; j < 2; ++j) {
-            keep[h][j] = dropout_draw16(draws, 4 * h + 2 * band + j) >= rule.dropout_threshold ? rule.keep_scale : 0.f;
+            nibble |= uint32_t(dropout_draw16(draws, 4 * h + 2 * band + j) >= rule.dropout_threshold) << (2 * h + j);
           }
+        }
+        keep_bits |= KeepBits(nibble) << (2 * c);
+      }
+    }
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; c += 2) {
+      const int col0 = n0 + cute::get<1>(coords(r, c));
+      float keep[2][2] = {{1.f, 1.f}, {1.f, 1.f}};
+      if constexpr (kDropout) {
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          CUTE_UNROLL
+          for (int j = 0; j < 2; ++j) keep[h][j] = (keep_bits >> (2 * c + 2 * h + j)) & 1u ? rule.keep_scale : 0.f;
         }
       }
       CUTE_UNROLL
