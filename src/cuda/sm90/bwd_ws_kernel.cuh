@@ -166,14 +166,14 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typena
 // block's turn first and releases it after the reductions have landed, so the consumers never wait
 // for a turn or for the reductions, and while one writer waits for its reductions to land the
 // other can take the next block.
-template <typename Traits>
+template <typename Traits, int kWriters>
 __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Traits::SharedStorage& ss,
-                                            const BwdWalk& walk, int b, int h, int writer, int writers) {
+                                            const BwdWalk& walk, int b, int h, int writer) {
   const tileattn_fwd_params& f = a.p.fwd;
   const int lane = threadIdx.x % 32;
   constexpr int kHeadDim = Traits::kHeadDim;
   uint32_t phase = 0;
-  for (int step = writer, m = walk.at(step); m >= 0; step += writers, m = walk.at(step)) {
+  for (int step = writer, m = walk.at(step); m >= 0; step += kWriters, m = walk.at(step)) {
     EmptyBarrier::wait(&ss.dq_full[writer], phase);
     const int m0 = m * Traits::kBlockM;
     const int valid_rows = walk.seq.seqlen_q - m0;
@@ -249,12 +249,7 @@ __device__ __forceinline__ void ws_store_dkv_by_tma(BwdWsParams<Traits> const& p
   }
 }
 
-// Deterministic calls split the dQ writes over both writer warps (Traits::kDqWriters); atomic ones
-// keep one, whose reductions need no wait before the next block (measured 2026-11-30, d128:
-// deterministic +4-11% from 2k with two, atomic even from 4k and lower at causal 1k).
-__device__ __forceinline__ int dq_writers(const bwd::BwdArgs& a) { return a.dq_turns != nullptr ? 2 : 1; }
-
-template <typename Traits>
+template <typename Traits, int kWriters>
 __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typename Traits::SharedStorage& ss,
                                            const BwdWalk& walk, int first, int g, int b, int h) {
   using namespace cute;
@@ -317,7 +312,6 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   if (first >= 0) FullBarrier::wait(&ss.kv_full, 0);
   StageCounter<Traits::kStages> stage;
   int buffer = 0;
-  const int writers = dq_writers(prm.a);
   for (int step = 0, m = walk.at(0); m >= 0; m = walk.at(++step)) {
     const int m0 = m * kBlockM;
     const KeyBlockRange range = walk.range(m);
@@ -386,15 +380,15 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     // dQ_i (unscaled; the finish kernel applies the softmax scale) -> the writer's buffer, once
     // its bulk copies of the previous block have read it.
     // The previous block's writer must have read the buffer; each writer's barriers complete
-    // once per block it takes, so their phase flips every `writers` steps.
-    if (step > 0) EmptyBarrier::wait(&ss.dq_empty[(step - 1) % writers], ((step - 1) / writers) & 1);
+    // once per block it takes, so their phase flips every kWriters steps.
+    if (step > 0) EmptyBarrier::wait(&ss.dq_empty[(step - 1) % kWriters], ((step - 1) / kWriters) & 1);
     CUTE_UNROLL
     for (int i = 0; i < size(acc_dq); i += 2) {
       const int r = get<0>(cdQ(i)), c = g * (kHeadDim / 2) + get<1>(cdQ(i));
       *reinterpret_cast<float2*>(ss.dq + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
     }
     fence_proxy_async_shared();  // generic writes, read next by the TMA unit
-    EmptyBarrier::arrive(&ss.dq_full[step % writers]);
+    EmptyBarrier::arrive(&ss.dq_full[step % kWriters]);
     stage.advance();
     buffer ^= 1;
   }
@@ -424,8 +418,12 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   }
 }
 
-template <typename Traits>
+// kWriters dQ writer warps (1 or 2): a compile-time count, since with a runtime one the atomic
+// path (one writer) measured 3-5% slower at d128 8k and ~10% at causal 1-2k than before the second
+// writer existed (2026-11-30 A/B; ptxas stack 8 -> 24 bytes).
+template <typename Traits, int kWriters>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __grid_constant__ BwdWsParams<Traits> prm) {
+  static_assert(kWriters >= 1 && kWriters <= Traits::kDqWriters);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
   auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
@@ -464,12 +462,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
       ws_load_tiles<Traits>(prm, ss, walk, b, h, h / (f.num_heads / f.num_heads_k));
     } else if (warp == 1) {
       ws_stage_row_stats<Traits>(prm.a, ss, walk, h);
-    } else if (warp >= 2 && warp - 2 < dq_writers(prm.a)) {  // lanes 1-31 of warp 0 are idle too
-      ws_write_dq<Traits>(prm.a, ss, walk, b, h, warp - 2, dq_writers(prm.a));
+    } else if (warp >= 2 && warp - 2 < kWriters) {  // lanes 1-31 of warp 0 are idle too
+      ws_write_dq<Traits, kWriters>(prm.a, ss, walk, b, h, warp - 2);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    ws_consume<Traits>(prm, ss, walk, first, warpgroup - 1, b, h);
+    ws_consume<Traits, kWriters>(prm, ss, walk, first, warpgroup - 1, b, h);
   }
 #endif
 }
