@@ -10,8 +10,8 @@
 //   consumer g (keys 64g .. 64g + 63), per query block i:
 //     S^T = K_g Q_i^T,  dP^T = V_g dO_i^T                    (wgmma, both operands in smem)
 //     P^T = exp2(S^T scale_log2 - LSE_i)   (0 where masked)  -- while dP^T is on the tensor cores
-//     dS^T = P^T o (dP^T - D_i)
-//     dV_g += P^T dO_i,  dK_g += dS^T Q_i                    (wgmma, A from registers)
+//     dS^T = P^T o (Z^T o dP^T - D_i)       (Z = dropout mask / (1 - p), 1 without dropout)
+//     dV_g += (Z^T o P^T) dO_i,  dK_g += dS^T Q_i            (wgmma, A from registers)
 //     dS -> smem;  barrier with the other consumer;  dQ_i[:, 64g..] = dS K  (wgmma, smem)
 //     release the stage;  dQ_i -> shared memory for the writer
 //   then dK_g (times the softmax scale) and dV_g to global memory.
@@ -29,6 +29,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "common/mask.h"
+#include "common/philox.h"
 #include "common/sequence.h"
 #include "cuda/backward/bwd_args.h"
 #include "cuda/backward/bwd_dq_turns.cuh"
@@ -249,7 +250,35 @@ __device__ __forceinline__ void ws_store_dkv_by_tma(BwdWsParams<Traits> const& p
   }
 }
 
-template <typename Traits, int kWriters>
+// Dropout keep bits of one query block for this thread (common/philox.h).  Its S^T values are keys
+// {k, k + 8} (rows 0 and 1 of the (keys, queries) view) x 16 queries (columns c = e + 2 u': query
+// 2 (t % 4) + e + 8 u' of the block); queries i and i + 8 (columns c and c + 2, c % 4 < 2) and both
+// keys lie in one Philox group (k % 16 < 8: a consumer's keys start at a multiple of 64), so one
+// call serves four values, at slots 4 (i half) + 2 (key half) + k % 2.  The calls run in a loop
+// that is not unrolled (unrolled, the forward's spilled; mask_policy.h) while S^T and dP^T are on
+// the tensor cores.  Bit 2 c + r: value (r, c) is kept.
+template <int kCols, typename TensorC>
+__device__ __forceinline__ uint32_t ws_dropout_keep_bits(const tileattn_fwd_params& f, TensorC const& coords,
+                                                         int b, int h, int m0, int key0) {
+  static_assert(kCols % 4 == 0 && 2 * kCols <= 32, "16-query bands; two bits a column in one word");
+  const uint32_t threshold = dropout_threshold(f.dropout_p);
+  const int key = key0 + cute::get<0>(coords(0, 0));
+  const int parity = key & 1;
+  uint32_t bits = 0;
+#pragma unroll 1
+  for (int c = 0; c < kCols; c += (c % 4 == 1 ? 3 : 1)) {  // columns 0, 1, 4, 5, 8, 9, ...
+    const int query = m0 + cute::get<1>(coords(0, c));
+    const Philox4x32 draws = dropout_draws(f.philox_seed, f.philox_offset, b, h, f.num_heads, query, key);
+    const uint32_t kept = uint32_t(dropout_draw16(draws, parity) >= threshold) |          // (i, k)
+                          uint32_t(dropout_draw16(draws, 2 + parity) >= threshold) << 1 |  // (i, k + 8)
+                          uint32_t(dropout_draw16(draws, 4 + parity) >= threshold) << 4 |  // (i + 8, k)
+                          uint32_t(dropout_draw16(draws, 6 + parity) >= threshold) << 5;   // (i + 8, k + 8)
+    bits |= kept << (2 * c);
+  }
+  return bits;
+}
+
+template <typename Traits, int kWriters, bool kDropout>
 __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typename Traits::SharedStorage& ss,
                                            const BwdWalk& walk, int first, int g, int b, int h) {
   using namespace cute;
@@ -321,6 +350,10 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<KC, M>{});
     wgmma_issue<true>(mma_sdp, tSrK, tSrQ(_, _, _, stage.index), acc_s);
     wgmma_issue<true>(mma_sdp, tSrV, tSrdO(_, _, _, stage.index), acc_dp);
+    uint32_t keep_bits = 0;
+    if constexpr (kDropout) {
+      keep_bits = ws_dropout_keep_bits<decltype(size<1>(coords))::value>(f, coords, b, h, m0, key0);
+    }
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_s);
 
@@ -347,13 +380,22 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     }
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_dp);
-    // dS^T = P^T o (dP^T - D)
+    // dS^T = P^T o (Z^T o dP^T - D), then P^T <- Z^T o P^T for dV
     Tensor ds = make_tensor(acc_dp.data(), gmma_acc_rowcol_layout(acc_dp.layout()));
+    const float keep_scale = kDropout ? 1.f / (1.f - f.dropout_p) : 1.f;
     CUTE_UNROLL
     for (int c = 0; c < size<1>(ds); ++c) {
       const float d = delta[get<1>(coords(0, c))];
       CUTE_UNROLL
-      for (int r = 0; r < size<0>(ds); ++r) ds(r, c) = p(r, c) * (ds(r, c) - d);
+      for (int r = 0; r < size<0>(ds); ++r) {
+        if constexpr (kDropout) {
+          const float z = (keep_bits >> (2 * c + r)) & 1u ? keep_scale : 0.f;
+          ds(r, c) = p(r, c) * (ds(r, c) * z - d);
+          p(r, c) *= z;
+        } else {
+          ds(r, c) = p(r, c) * (ds(r, c) - d);
+        }
+      }
     }
 
     // dV += P^T dO,  dK += dS^T Q  (A from registers)
@@ -421,7 +463,7 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
 // kWriters dQ writer warps (1 or 2): a compile-time count, since with a runtime one the atomic
 // path (one writer) measured 3-5% slower at d128 8k and ~10% at causal 1-2k than before the second
 // writer existed (2026-11-30 A/B; ptxas stack 8 -> 24 bytes).
-template <typename Traits, int kWriters>
+template <typename Traits, int kWriters, bool kDropout>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __grid_constant__ BwdWsParams<Traits> prm) {
   static_assert(kWriters >= 1 && kWriters <= Traits::kDqWriters);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -467,7 +509,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    ws_consume<Traits, kWriters>(prm, ss, walk, first, warpgroup - 1, b, h);
+    ws_consume<Traits, kWriters, kDropout>(prm, ss, walk, first, warpgroup - 1, b, h);
   }
 #endif
 }

@@ -15,19 +15,19 @@
 
 namespace tileattn::cuda::sm90 {
 
-// The calls it can serve: dense batches (no cu_seqlens, seqused_k), no dropout, softcap or ALiBi,
-// head dims 65-128 with 16-byte aligned rows.  Under auto from 1024 query rows: each CTA walks its
-// query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue are exposed once per
-// walk.  With dK, dV leaving by TMA (2026-11-30 A/B, H200 bf16, forced against auto): d128 2k
-// +13% (causal +15%), 1k +9% (+4%), 512 even (+10%); d96 2k +15% (+7%), 1k +8% (-3%), 512 +4%
-// (-6%): 512 rows are a wash, so the threshold sits at 1024.  Every other call runs the
-// FA2-structured kernel.
+// The calls it can serve: dense batches (no cu_seqlens, seqused_k), no softcap or ALiBi (dropout
+// has its own kernel), head dims 65-128 with 16-byte aligned rows.  Under auto from 1024 query
+// rows: each CTA walks its query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue
+// are exposed once per walk.  With dK, dV leaving by TMA (2026-11-30 A/B, H200 bf16, forced
+// against auto): d128 2k +13% (causal +15%), 1k +9% (+4%), 512 even (+10%); d96 2k +15% (+7%), 1k
+// +8% (-3%), 512 +4% (-6%): 512 rows are a wash, so the threshold sits at 1024.  Every other call
+// runs the FA2-structured kernel.
 inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   using Mode = bwd::BwdArgs::WarpSpecialized;
   if (a.warp_specialized == Mode::kNever) return false;
   const tileattn_fwd_params& f = a.p.fwd;
   const bool can = f.cu_seqlens_q == nullptr && f.cu_seqlens_k == nullptr && f.seqused_k == nullptr &&
-                   f.dropout_p == 0.f && f.softcap == 0.f && f.alibi_slopes == nullptr && f.head_dim > 64 &&
+                   f.softcap == 0.f && f.alibi_slopes == nullptr && f.head_dim > 64 &&
                    f.head_dim <= 128 && a.vector_q && a.vector_k && a.vector_v && a.vector_dout;
   if (!can) return false;
   // TMA descriptors take no dimension of 0 and no stride of 0: an expanded tensor, e.g. the dO of a
@@ -47,9 +47,9 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   return f.seqlen_q >= 1024 && !(a.deterministic && causal_short);
 }
 
-template <typename Traits, int kWriters>
+template <typename Traits, int kWriters, bool kDropout>
 void launch_bwd_ws_kernel(const BwdWsParams<Traits>& prm, const tileattn_fwd_params& f, cudaStream_t stream) {
-  auto kernel = &bwd_ws_kernel<Traits, kWriters>;
+  auto kernel = &bwd_ws_kernel<Traits, kWriters, kDropout>;
   constexpr int kSmem = Traits::kSmemBytes;
   static const cudaError_t opt_in = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   check_cuda(opt_in, "bwd_ws_kernel smem opt-in");
@@ -106,7 +106,13 @@ void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
   // Deterministic calls split the dQ writes over two writer warps; atomic ones keep one, whose
   // reductions need no wait before the next block (measured 2026-11-30, d128: deterministic +4-11%
   // from 2k with two, atomic even from 4k and lower at causal 1k).
-  a.dq_turns != nullptr ? launch_bwd_ws_kernel<Traits, 2>(prm, f, stream) : launch_bwd_ws_kernel<Traits, 1>(prm, f, stream);
+  // Dropout is a separate kernel: its Philox calls and keep bits cost the plain one nothing.
+  const bool dropout = f.dropout_p > 0.f;
+  if (a.dq_turns != nullptr) {
+    dropout ? launch_bwd_ws_kernel<Traits, 2, true>(prm, f, stream) : launch_bwd_ws_kernel<Traits, 2, false>(prm, f, stream);
+  } else {
+    dropout ? launch_bwd_ws_kernel<Traits, 1, true>(prm, f, stream) : launch_bwd_ws_kernel<Traits, 1, false>(prm, f, stream);
+  }
 }
 
 }  // namespace tileattn::cuda::sm90
