@@ -118,6 +118,10 @@ def main():
         ("window d40 s1000", 1, 1000, 1000, 2, 2, 40, bf, dict(window=(100, 20))),
         ("softcap alibiBH d96", 2, 77, 140, 4, 2, 96, fp, dict(softcap=5.0, alibi="BH")),
         ("dropout alibiH d200", 2, 129, 200, 4, 4, 200, bf, dict(dropout_p=0.17, alibi="H")),
+        # dropout in the warp-specialized kernel: under auto from 1024 rows, and forced
+        # (TILEATTN_BACKWARD_WS=1) for the causal GQA case with seqlen_q != seqlen_k
+        ("dropout d128 s1100", 1, 1100, 1100, 4, 4, 128, bf, dict(dropout_p=0.2)),
+        ("dropout causal gqa d96 sq<sk", 2, 300, 520, 4, 2, 96, fp, dict(dropout_p=0.1, causal=True)),
         ("seqlen1 d72", 1, 1, 1, 2, 2, 72, bf, {}),
         ("seqlen17 d72", 1, 17, 17, 2, 2, 72, fp, {}),
         # head_dim % 8 != 0: rows are not 16-byte aligned, so the WMMA fallback runs
