@@ -114,15 +114,6 @@ void cuda_forward(const ForwardParams& p) {
   args.dropout_threshold = dropout ? dropout_threshold(p.dropout_p) : 0u;
   FwdVariant variant;
   variant.dropout = dropout;
-  const bool modified_scores = p.softcap > 0.f || p.alibi_slopes != nullptr || p.softmax_scale < 0.f;
-  // Transformed scores are scaled before the softmax; plain ones fold the scale into exp2.  The
-  // sm90 family has a plain-scores kernel with dropout; the sm80 family runs dropout through its
-  // transformed-scores kernel (three kernels a bucket keep that build small).
-  const auto choose_scores = [&](bool plain_kernel_with_dropout) {
-    variant.transformed_scores = modified_scores || (dropout && !plain_kernel_with_dropout);
-    args.scale_log2 = static_cast<float>((variant.transformed_scores ? 1.0 : p.softmax_scale) * M_LOG2E);
-  };
-  choose_scores(false);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
 
   const bool varlen = p.cu_seqlens_q != nullptr;
@@ -135,8 +126,15 @@ void cuda_forward(const ForwardParams& p) {
   const FwdInstance* sm90_instance =
       aligned && sm90_allowed && sm90_supports(p) ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
   const FwdInstance* instance = find_instance(p.head_dim, p.dtype);
-  if (sm90_instance != nullptr && is_sm90_device() && sm90_instance->smem_bytes() <= smem_optin_bytes()) {
-    choose_scores(true);
+  const bool use_sm90 =
+      sm90_instance != nullptr && is_sm90_device() && sm90_instance->smem_bytes() <= smem_optin_bytes();
+  // Transformed scores are scaled before the softmax; plain ones fold the scale into exp2.  The
+  // sm90 family has a plain-scores kernel with dropout; the sm80 family runs dropout through its
+  // transformed-scores kernel (three kernels a bucket keep that build small).
+  const bool modified_scores = p.softcap > 0.f || p.alibi_slopes != nullptr || p.softmax_scale < 0.f;
+  variant.transformed_scores = modified_scores || (dropout && !use_sm90);
+  args.scale_log2 = static_cast<float>((variant.transformed_scores ? 1.0 : p.softmax_scale) * M_LOG2E);
+  if (use_sm90) {
     sm90_instance->run(args, variant, stream);
   } else if (aligned && instance != nullptr && instance->smem_bytes() <= smem_optin_bytes()) {
     instance->run(args, variant, stream);

@@ -87,18 +87,16 @@ void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStre
   using BoundsTraits = SequenceBoundsTraits<Traits>;
   const ForwardParams& p = args.params;
   const bool bounds = p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
-  if (variant.dropout && variant.transformed_scores) {
-    bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores, PhiloxDropout>(args, stream)
-           : launch_fwd_sm90_variant<Traits, ModifiedScores, PhiloxDropout>(args, stream);
-  } else if (variant.dropout) {
-    bounds ? launch_fwd_sm90_variant<BoundsTraits, PlainScores, PhiloxDropout>(args, stream)
-           : launch_fwd_sm90_variant<Traits, PlainScores, PhiloxDropout>(args, stream);
-  } else if (variant.transformed_scores) {
-    bounds ? launch_fwd_sm90_variant<BoundsTraits, ModifiedScores, NoDropout>(args, stream)
-           : launch_fwd_sm90_variant<Traits, ModifiedScores, NoDropout>(args, stream);
+  const auto launch = [&](auto scores, auto dropout) {
+    using Scores = decltype(scores);
+    using Dropout = decltype(dropout);
+    bounds ? launch_fwd_sm90_variant<BoundsTraits, Scores, Dropout>(args, stream)
+           : launch_fwd_sm90_variant<Traits, Scores, Dropout>(args, stream);
+  };
+  if (variant.transformed_scores) {
+    variant.dropout ? launch(ModifiedScores{}, PhiloxDropout{}) : launch(ModifiedScores{}, NoDropout{});
   } else {
-    bounds ? launch_fwd_sm90_variant<BoundsTraits, PlainScores, NoDropout>(args, stream)
-           : launch_fwd_sm90_variant<Traits, PlainScores, NoDropout>(args, stream);
+    variant.dropout ? launch(PlainScores{}, PhiloxDropout{}) : launch(PlainScores{}, NoDropout{});
   }
 }
 
