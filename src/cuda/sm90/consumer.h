@@ -158,9 +158,9 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       softmax.score_step(scores, correction);  // O is still zero: no rescale
       Tensor rP = convert_fragment<Element>(acc_s);
       Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
-      // Dropout zeroes P's 16-bit copy, after the row sums took the undropped values: with S's 32
-      // float registers free by then the Philox draws fit without spilling (drawn on S they
-      // spilled 1.7 KB a thread at d128).
+      // Dropout zeroes P's 16-bit copy, after the row sums took the undropped values and S's
+      // float registers are free (drawn on S, the first mapping spilled 1.7 KB a thread at d128;
+      // PhiloxDropout keeps its calls in a loop that is not unrolled for the same reason).
       Tensor rP_rows = make_tensor(rP.data(), gmma_acc_rowcol_layout(rP.layout()));
       dropout.apply(rP_rows, coords, row0, n * kBlockN);
 
