@@ -1,4 +1,4 @@
-// Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) and the
+// Philox-4x32 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11) and the
 // dropout mapping every backend shares.  docs/dropout-rng.md states the mapping in words; the CPU
 // and CUDA backends both call dropout_keep() so that one (seed, offset) gives one mask.
 #pragma once
@@ -25,9 +25,10 @@ TILEATTN_HOST_DEVICE void mul_hi_lo(uint32_t a, uint32_t b, uint32_t* hi, uint32
   *lo = static_cast<uint32_t>(product);
 }
 
-// Ten rounds of: (c0, c1, c2, c3) <- (hi(M1 c2) ^ c1 ^ k0, lo(M1 c2), hi(M0 c0) ^ c3 ^ k1, lo(M0 c0)).
-TILEATTN_HOST_DEVICE Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint32_t key1) {
-  for (int round = 0; round < 10; ++round) {
+// kRounds rounds of: (c0, c1, c2, c3) <- (hi(M1 c2) ^ c1 ^ k0, lo(M1 c2), hi(M0 c0) ^ c3 ^ k1, lo(M0 c0)).
+template <int kRounds>
+TILEATTN_HOST_DEVICE Philox4x32 philox4x32(Philox4x32 counter, uint32_t key0, uint32_t key1) {
+  for (int round = 0; round < kRounds; ++round) {
     uint32_t hi0, lo0, hi1, lo1;
     mul_hi_lo(kPhiloxM0, counter.x[0], &hi0, &lo0);
     mul_hi_lo(kPhiloxM1, counter.x[2], &hi1, &lo1);
@@ -37,6 +38,13 @@ TILEATTN_HOST_DEVICE Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0,
   }
   return counter;
 }
+
+// Dropout runs seven rounds, as flash-attn 2 (and PyTorch's flash backend built from it) does.
+// Salmon et al. make ten the default as a safety margin over the rounds their statistical tests
+// (TestU01's BigCrush) need; on the GPU each round is two 32x32->64 multiplies and four XORs a
+// call, and the calls were half of a d128 forward's time with dropout at ten rounds (perf log),
+// so the three rounds are worth ~15% of that time.  Random123 publishes known answers for both.
+constexpr int kDropoutPhiloxRounds = 7;
 
 // Dropout threshold: an element is dropped when its 16-bit draw is below p * 2^16 (p resolved to
 // 1/65536, 256 times finer than flash-attn's 8-bit draws; p = 1 drops every element).
@@ -64,7 +72,7 @@ TILEATTN_HOST_DEVICE Philox4x32 dropout_draws(uint64_t seed, uint64_t offset, in
   const uint32_t group_col = (static_cast<uint32_t>(col) >> 4) * 4 + ((static_cast<uint32_t>(col) & 7) >> 1);
   const uint32_t group_row = (static_cast<uint32_t>(row) >> 4) * 8 + (static_cast<uint32_t>(row) & 7);
   const Philox4x32 counter{{group_col, group_row, static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}};
-  return philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  return philox4x32<kDropoutPhiloxRounds>(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
 // The slot of (row, col) among its group's eight draws, and the draw in a slot.

@@ -10,25 +10,47 @@
 namespace tileattn::test {
 namespace {
 
-// Known-answer vectors of Philox-4x32-10 from the Random123 distribution (kat_vectors).
-TEST(Philox, KnownAnswers) {
-  const Philox4x32 zero = philox4x32_10(Philox4x32{{0, 0, 0, 0}}, 0, 0);
+// Known-answer vectors of Philox-4x32 from the Random123 distribution (kat_vectors): ten rounds
+// (the paper's default) and seven (what dropout runs).
+TEST(Philox, KnownAnswersTenRounds) {
+  const Philox4x32 zero = philox4x32<10>(Philox4x32{{0, 0, 0, 0}}, 0, 0);
   EXPECT_EQ(zero.x[0], 0x6627e8d5u);
   EXPECT_EQ(zero.x[1], 0xe169c58du);
   EXPECT_EQ(zero.x[2], 0xbc57ac4cu);
   EXPECT_EQ(zero.x[3], 0x9b00dbd8u);
   const uint32_t ones = 0xffffffffu;
-  const Philox4x32 all = philox4x32_10(Philox4x32{{ones, ones, ones, ones}}, ones, ones);
+  const Philox4x32 all = philox4x32<10>(Philox4x32{{ones, ones, ones, ones}}, ones, ones);
   EXPECT_EQ(all.x[0], 0x408f276du);
   EXPECT_EQ(all.x[1], 0x41c83b0eu);
   EXPECT_EQ(all.x[2], 0xa20bc7c6u);
   EXPECT_EQ(all.x[3], 0x6d5451fdu);
-  const Philox4x32 pi = philox4x32_10(Philox4x32{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
-                                      0xa4093822u, 0x299f31d0u);
+  const Philox4x32 pi = philox4x32<10>(Philox4x32{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+                                       0xa4093822u, 0x299f31d0u);
   EXPECT_EQ(pi.x[0], 0xd16cfe09u);
   EXPECT_EQ(pi.x[1], 0x94fdccebu);
   EXPECT_EQ(pi.x[2], 0x5001e420u);
   EXPECT_EQ(pi.x[3], 0x24126ea1u);
+}
+
+TEST(Philox, KnownAnswersSevenRounds) {
+  static_assert(kDropoutPhiloxRounds == 7, "dropout's generator is the one these vectors pin");
+  const Philox4x32 zero = philox4x32<7>(Philox4x32{{0, 0, 0, 0}}, 0, 0);
+  EXPECT_EQ(zero.x[0], 0x5f6fb709u);
+  EXPECT_EQ(zero.x[1], 0x0d893f64u);
+  EXPECT_EQ(zero.x[2], 0x4f121f81u);
+  EXPECT_EQ(zero.x[3], 0x4f730a48u);
+  const uint32_t ones = 0xffffffffu;
+  const Philox4x32 all = philox4x32<7>(Philox4x32{{ones, ones, ones, ones}}, ones, ones);
+  EXPECT_EQ(all.x[0], 0x5207ddc2u);
+  EXPECT_EQ(all.x[1], 0x45165e59u);
+  EXPECT_EQ(all.x[2], 0x4d8ee751u);
+  EXPECT_EQ(all.x[3], 0x8c52f662u);
+  const Philox4x32 pi = philox4x32<7>(Philox4x32{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+                                      0xa4093822u, 0x299f31d0u);
+  EXPECT_EQ(pi.x[0], 0x4dfccabau);
+  EXPECT_EQ(pi.x[1], 0x190a87f0u);
+  EXPECT_EQ(pi.x[2], 0xc47362bau);
+  EXPECT_EQ(pi.x[3], 0xb6b5242au);
 }
 
 // The keep rate over many elements is 1 - p within 5 standard deviations, for several p.
@@ -60,7 +82,7 @@ TEST(Dropout, MappingMatchesTheSpecification) {
       const Philox4x32 counter{{static_cast<uint32_t>(4 * (j / 16) + (j % 8) / 2),
                                 static_cast<uint32_t>(8 * (i / 16) + i % 8), static_cast<uint32_t>(stream),
                                 static_cast<uint32_t>(stream >> 32)}};
-      const Philox4x32 w = philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+      const Philox4x32 w = philox4x32<7>(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
       const int slot = 4 * ((i / 8) % 2) + 2 * ((j / 8) % 2) + j % 2;
       const uint32_t draw = slot % 2 == 0 ? w.x[slot / 2] & 0xFFFFu : w.x[slot / 2] >> 16;
       const bool keep = draw >= threshold;

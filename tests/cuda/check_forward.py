@@ -105,7 +105,7 @@ def philox_keep(seed, offset, b, h, H, rows, cols, p):
     c2 = torch.full_like(r, stream & MASK)
     c3 = torch.full_like(r, (stream >> 32) & MASK)
     k0, k1 = seed & MASK, (seed >> 32) & MASK
-    for _ in range(10):
+    for _ in range(7):  # common/philox.h's kDropoutPhiloxRounds
         p0, p1 = c0 * M0, c2 * M1  # < 2^64: wraps in int64, low/high words stay exact
         hi0, lo0 = (p0 >> 32) & MASK, p0 & MASK
         hi1, lo1 = (p1 >> 32) & MASK, p1 & MASK

@@ -69,17 +69,18 @@ def attention(q, k, v, dout=None, *, dtype=torch.float64, softmax_scale=None, wi
     return result
 
 
-# ---- Philox-4x32-10 and the dropout mapping (src/common/philox.h), vectorized with numpy -------
+# ---- Philox-4x32-7 and the dropout mapping (src/common/philox.h), vectorized with numpy -------
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 _MASK32 = np.uint64(0xFFFFFFFF)
 
 
-def philox4x32_10(c0, c1, c2, c3, key0, key1):
-    """Counters as uint64 arrays holding 32-bit values; keys as Python ints."""
+def philox4x32_7(c0, c1, c2, c3, key0, key1):
+    """Counters as uint64 arrays holding 32-bit values; keys as Python ints.  Seven rounds, as
+    dropout runs them (kDropoutPhiloxRounds)."""
     c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) for c in (c0, c1, c2, c3))
-    for _ in range(10):
+    for _ in range(7):
         p0 = _M0 * c0
         p1 = _M1 * c2
         hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK32
@@ -99,7 +100,7 @@ def dropout_keep(seed, offset, batch, num_heads, seqlen_q, seqlen_k, dropout_p):
     stream = (np.uint64(offset) + (b * num_heads + h).astype(np.uint64))
     group_col = (col >> 4) * 4 + ((col & 7) >> 1)
     group_row = (row >> 4) * 8 + (row & 7)
-    draws = philox4x32_10(group_col.astype(np.uint64), group_row.astype(np.uint64),
+    draws = philox4x32_7(group_col.astype(np.uint64), group_row.astype(np.uint64),
                           stream & _MASK32, stream >> np.uint64(32), seed & 0xFFFFFFFF, seed >> 32)
     slot = ((row >> 3) & 1) * 4 + ((col >> 3) & 1) * 2 + (col & 1)
     word = np.select([slot >> 1 == 0, slot >> 1 == 1, slot >> 1 == 2], draws[:3], draws[3])
