@@ -11,46 +11,41 @@ namespace tileattn::test {
 namespace {
 
 // Known-answer vectors of Philox-4x32 from the Random123 distribution (kat_vectors): ten rounds
-// (the paper's default) and seven (what dropout runs).
+// (the paper's default) and seven (what dropout runs), each for a zero, an all-ones and a pi-digits
+// counter and key.
+struct PhiloxInput {
+  uint32_t counter[4], key[2];
+};
+constexpr uint32_t kOnes = 0xffffffffu;
+constexpr PhiloxInput kInputs[3] = {
+    {{0, 0, 0, 0}, {0, 0}},
+    {{kOnes, kOnes, kOnes, kOnes}, {kOnes, kOnes}},
+    {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}},
+};
+
+template <int kRounds>
+void expect_known_answers(const uint32_t (&outputs)[3][4]) {
+  for (int t = 0; t < 3; ++t) {
+    const PhiloxInput& in = kInputs[t];
+    const Philox4x32 got = philox4x32<kRounds>(
+        Philox4x32{{in.counter[0], in.counter[1], in.counter[2], in.counter[3]}}, in.key[0], in.key[1]);
+    for (int w = 0; w < 4; ++w) {
+      EXPECT_EQ(got.x[w], outputs[t][w]) << kRounds << " rounds, vector " << t << ", word " << w;
+    }
+  }
+}
+
 TEST(Philox, KnownAnswersTenRounds) {
-  const Philox4x32 zero = philox4x32<10>(Philox4x32{{0, 0, 0, 0}}, 0, 0);
-  EXPECT_EQ(zero.x[0], 0x6627e8d5u);
-  EXPECT_EQ(zero.x[1], 0xe169c58du);
-  EXPECT_EQ(zero.x[2], 0xbc57ac4cu);
-  EXPECT_EQ(zero.x[3], 0x9b00dbd8u);
-  const uint32_t ones = 0xffffffffu;
-  const Philox4x32 all = philox4x32<10>(Philox4x32{{ones, ones, ones, ones}}, ones, ones);
-  EXPECT_EQ(all.x[0], 0x408f276du);
-  EXPECT_EQ(all.x[1], 0x41c83b0eu);
-  EXPECT_EQ(all.x[2], 0xa20bc7c6u);
-  EXPECT_EQ(all.x[3], 0x6d5451fdu);
-  const Philox4x32 pi = philox4x32<10>(Philox4x32{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
-                                       0xa4093822u, 0x299f31d0u);
-  EXPECT_EQ(pi.x[0], 0xd16cfe09u);
-  EXPECT_EQ(pi.x[1], 0x94fdccebu);
-  EXPECT_EQ(pi.x[2], 0x5001e420u);
-  EXPECT_EQ(pi.x[3], 0x24126ea1u);
+  expect_known_answers<10>({{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
+                            {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
+                            {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}});
 }
 
 TEST(Philox, KnownAnswersSevenRounds) {
   static_assert(kDropoutPhiloxRounds == 7, "dropout's generator is the one these vectors pin");
-  const Philox4x32 zero = philox4x32<7>(Philox4x32{{0, 0, 0, 0}}, 0, 0);
-  EXPECT_EQ(zero.x[0], 0x5f6fb709u);
-  EXPECT_EQ(zero.x[1], 0x0d893f64u);
-  EXPECT_EQ(zero.x[2], 0x4f121f81u);
-  EXPECT_EQ(zero.x[3], 0x4f730a48u);
-  const uint32_t ones = 0xffffffffu;
-  const Philox4x32 all = philox4x32<7>(Philox4x32{{ones, ones, ones, ones}}, ones, ones);
-  EXPECT_EQ(all.x[0], 0x5207ddc2u);
-  EXPECT_EQ(all.x[1], 0x45165e59u);
-  EXPECT_EQ(all.x[2], 0x4d8ee751u);
-  EXPECT_EQ(all.x[3], 0x8c52f662u);
-  const Philox4x32 pi = philox4x32<7>(Philox4x32{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
-                                      0xa4093822u, 0x299f31d0u);
-  EXPECT_EQ(pi.x[0], 0x4dfccabau);
-  EXPECT_EQ(pi.x[1], 0x190a87f0u);
-  EXPECT_EQ(pi.x[2], 0xc47362bau);
-  EXPECT_EQ(pi.x[3], 0xb6b5242au);
+  expect_known_answers<7>({{0x5f6fb709u, 0x0d893f64u, 0x4f121f81u, 0x4f730a48u},
+                           {0x5207ddc2u, 0x45165e59u, 0x4d8ee751u, 0x8c52f662u},
+                           {0x4dfccabau, 0x190a87f0u, 0xc47362bau, 0xb6b5242au}});
 }
 
 // The keep rate over many elements is 1 - p within 5 standard deviations, for several p.
