@@ -12,7 +12,8 @@
 //     P^T = exp2(S^T scale_log2 - LSE_i)   (0 where masked)  -- while dP^T is on the tensor cores
 //     dS^T = P^T o (Z^T o dP^T - D_i)       (Z = dropout mask / (1 - p), 1 without dropout)
 //     dV_g += (Z^T o P^T) dO_i,  dK_g += dS^T Q_i            (wgmma, A from registers)
-//     dS -> smem;  barrier with the other consumer;  dQ_i[:, 64g..] = dS K  (wgmma, smem)
+//     dS -> smem;  barrier with the other consumer;  dQ_i[:, 64g..] = dS K  (wgmma, smem; at
+//     d64 the consumers take alternate blocks' whole dQ instead)
 //     release the stage;  dQ_i -> shared memory for the writer
 //   then dK_g (times the softmax scale) and dV_g to global memory.
 //
@@ -289,7 +290,6 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   using D = typename Traits::_D;
   using DC = typename Traits::_DC;
   constexpr int kBlockM = Traits::kBlockM;
-  constexpr int kHeadDim = Traits::kHeadDim;
   const bwd::BwdArgs& a = prm.a;
   const tileattn_fwd_params& f = a.p.fwd;
   const SequenceView& seq = walk.seq;
@@ -322,7 +322,10 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   Tensor tVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, N, K, stage)
   Tensor tKrQt = thr_dkv.partition_fragment_B(sQt);
   Tensor tQrdS = thr_dq.partition_fragment_A(sdS);    // (MMA, M, K, buffer)
-  Tensor tQrKt = thr_dq.partition_fragment_B(local_tile(sKt(_, _, 0), Shape<DC, N>{}, make_coord(g, _0{})));
+  // This consumer's dQ columns: half of them at d128, all of them at d64 (Traits::kDqSplitByColumns).
+  const int dq_col0 = Traits::kDqSplitByColumns ? g * Traits::kDqColumns : 0;
+  Tensor tQrKt = thr_dq.partition_fragment_B(
+      local_tile(sKt(_, _, 0), Shape<DC, N>{}, make_coord(Traits::kDqSplitByColumns ? g : 0, _0{})));
 
   // dS^T registers -> this consumer's 64 key rows of dS (as (keys, query rows)), 4 bytes a store.
   auto r2s = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>{}, mma_sdp);
@@ -406,13 +409,15 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     wgmma_issue<false>(mma_dkv, tOrP, tVrdOt(_, _, _, stage.index), acc_dv);
     wgmma_issue<false>(mma_dkv, tOrdS, tKrQt(_, _, _, stage.index), acc_dk);
 
-    // dS -> shared memory; dQ_i[:, 64g ..] = dS K once both consumers' keys are there.
+    // dS -> shared memory; dQ_i[:, dq_col0 ..] = dS K once both consumers' keys are there (at d64
+    // by consumer `step % 2` alone).
     copy(r2s, thr_r2s.retile_S(rdS),
          thr_r2s.partition_D(local_tile(sdSt(_, _, buffer), Shape<KC, M>{}, make_coord(g, _0{}))));
     cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kWsDsBarrier, Traits::kConsumerThreads);
+    const bool computes_dq = Traits::kDqSplitByColumns || (step & 1) == g;
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<M, DC>{});
-    wgmma_issue<true>(mma_dq, tQrdS(_, _, _, buffer), tQrKt, acc_dq);
+    if (computes_dq) wgmma_issue<true>(mma_dq, tQrdS(_, _, _, buffer), tQrKt, acc_dq);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_dv);
     warpgroup_fence_operand(acc_dk);
@@ -424,10 +429,12 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     // The previous block's writer must have read the buffer; each writer's barriers complete
     // once per block it takes, so their phase flips every kWriters steps.
     if (step > 0) EmptyBarrier::wait(&ss.dq_empty[(step - 1) % kWriters], ((step - 1) / kWriters) & 1);
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_dq); i += 2) {
-      const int r = get<0>(cdQ(i)), c = g * (kHeadDim / 2) + get<1>(cdQ(i));
-      *reinterpret_cast<float2*>(ss.dq + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
+    if (computes_dq) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_dq); i += 2) {
+        const int r = get<0>(cdQ(i)), c = dq_col0 + get<1>(cdQ(i));
+        *reinterpret_cast<float2*>(ss.dq + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
+      }
     }
     fence_proxy_async_shared();  // generic writes, read next by the TMA unit
     EmptyBarrier::arrive(&ss.dq_full[step % kWriters]);

@@ -16,7 +16,7 @@
 namespace tileattn::cuda::sm90 {
 
 // The calls it can serve: dense batches (no cu_seqlens, seqused_k), no softcap or ALiBi (dropout
-// has its own kernel), head dims 65-128 with 16-byte aligned rows.  Under auto from 1024 query
+// has its own kernel), head dims up to 128 (buckets 64 and 128) with 16-byte aligned rows.  Under auto from 1024 query
 // rows: each CTA walks its query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue
 // are exposed once per walk.  With dK, dV leaving by TMA (2026-11-30 A/B, H200 bf16, forced
 // against auto): d128 2k +13% (causal +15%), 1k +9% (+4%), 512 even (+10%); d96 2k +15% (+7%), 1k
@@ -27,8 +27,8 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   if (a.warp_specialized == Mode::kNever) return false;
   const tileattn_fwd_params& f = a.p.fwd;
   const bool can = f.cu_seqlens_q == nullptr && f.cu_seqlens_k == nullptr && f.seqused_k == nullptr &&
-                   f.softcap == 0.f && f.alibi_slopes == nullptr && f.head_dim > 64 &&
-                   f.head_dim <= 128 && a.vector_q && a.vector_k && a.vector_v && a.vector_dout;
+                   f.softcap == 0.f && f.alibi_slopes == nullptr && f.head_dim <= 128 && a.vector_q &&
+                   a.vector_k && a.vector_v && a.vector_dout;
   if (!can) return false;
   // TMA descriptors take no dimension of 0 and no stride of 0: an expanded tensor, e.g. the dO of a
   // loss that broadcasts a weight over rows and heads, goes to the FA2-structured kernel.

@@ -10,8 +10,9 @@
 // registers already in the layout of the A operand of dV += P^T dO and dK += dS^T Q.  Only
 // dQ = dS K needs both consumers' keys: dS goes through shared memory once, and each consumer
 // computes 64 of dQ's head-dim columns.
-// Per consumer thread: dV and dK 64 floats each, S^T and dP^T 32 each, dQ 32 (after S^T and dP^T
-// are dead): the 240 registers setmaxnreg gives two consumer warpgroups.
+// Per consumer thread at d128: dV and dK 64 floats each, S^T and dP^T 32 each, dQ 32 (after S^T
+// and dP^T are dead): the 240 registers setmaxnreg gives two consumer warpgroups.  At d64: dV, dK
+// and dQ 32 each, S^T and dP^T 32; shared memory 115 KB instead of 180.
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -33,13 +34,19 @@ struct BwdWsTraits {
   static constexpr int kThreads = 384;
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
-  static_assert(kHeadDim == 128, "the first version covers head dims 65..128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "the head-dim buckets 64 and 128");
+  // dQ = dS K: at d128 each consumer computes 64 of the head-dim columns every block.  At d64 the
+  // half would be 32 columns of K^T, which is MN-major with the 128-byte swizzle, whose atom spans
+  // 64 head-dim columns: a wgmma descriptor cannot start inside an atom.  So at d64 one consumer
+  // computes all of dQ, the two taking alternate blocks (bwd_ws_kernel.cuh).
+  static constexpr bool kDqSplitByColumns = kHeadDim >= 128;
+  static constexpr int kDqColumns = kDqSplitByColumns ? kHeadDim / 2 : kHeadDim;  // per dQ product
 
   using _M = cute::Int<kBlockM>;
   using _N = cute::Int<kBlockN>;
   using _KC = cute::Int<kKeysPerConsumer>;
   using _D = cute::Int<kHeadDim>;
-  using _DC = cute::Int<kHeadDim / 2>;  // dQ columns per consumer
+  using _DC = cute::Int<kDqColumns>;
   using _S = cute::Int<kStages>;
 
   // (rows, head dim) tiles K-major with the 128-byte swizzle: what TMA writes and wgmma reads.
@@ -67,7 +74,7 @@ struct BwdWsTraits {
   using TiledMmadKV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<_KC, _D, _M>, cute::GMMA::Major::K,
                                  cute::GMMA::Major::MN>()));
-  // dQ = dS K for this consumer's half of the head dim: A = dS (query rows contiguous), B = K^T.
+  // dQ = dS K for kDqColumns of the head dim: A = dS (query rows contiguous), B = K^T.
   using TiledMmadQ = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<_M, _DC, _N>, cute::GMMA::Major::MN,
                                  cute::GMMA::Major::MN>()));
