@@ -17,6 +17,12 @@ constexpr int head_dim_bucket(int head_dim) {
   return 0;
 }
 
+// Query rows a step of the warp-specialized Hopper kernel (sm90/bwd_ws_traits.h takes its kBlockM
+// from here).  The deterministic turn counters, allocated before the kernel is chosen, are sized for
+// the smaller of its blocks and the FA2-structured kernel's (128 rows at d64: sized for those, the
+// warp-specialized kernel's turns ran past the counters and check_backward hung on the H200).
+constexpr int kWsBlockM = 64;
+
 template <int kHeadDim>
 struct BwdConfig {
   static constexpr int kDim = kHeadDim;  // padded head dim, a multiple of 16 (the MMA's k)

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -174,7 +175,10 @@ void cuda_backward(const BackwardParams& p) {
     args.dq_accum = workspace.floats(f.num_heads * args.q_rows * args.dq_pitch, false);  // bwd_delta zeroes it
   }
   if (fa2 && args.deterministic) {
-    const int block_m = bwd::fa2_bwd_tile_config(bwd::head_dim_bucket(f.head_dim)).block_m;
+    // One counter per query block of whichever kernel runs (chosen later, per bucket): sized for
+    // the smaller block, so each kernel indexes within its head's row of counters.
+    const int fa2_block_m = bwd::fa2_bwd_tile_config(bwd::head_dim_bucket(f.head_dim)).block_m;
+    const int block_m = std::min(fa2_block_m, bwd::kWsBlockM);
     args.dq_turn_blocks = (f.seqlen_q + block_m - 1) / block_m;
     args.dq_turns = workspace.ints(static_cast<int64_t>(f.batch) * f.num_heads * args.dq_turn_blocks);
   }

@@ -20,13 +20,15 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 
+#include "cuda/backward/bwd_config.h"  // kWsBlockM
+
 namespace tileattn::cuda::sm90 {
 
 template <int kHeadDim_, typename Element_>
 struct BwdWsTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 64;           // query rows per step
+  static constexpr int kBlockM = bwd::kWsBlockM;  // query rows per step (64)
   static constexpr int kBlockN = 128;          // keys per CTA
   static constexpr int kKeysPerConsumer = 64;  // wgmma M of S^T
   static constexpr int kStages = 2;            // Q / dO / LSE / D buffers
