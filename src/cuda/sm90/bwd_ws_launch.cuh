@@ -16,7 +16,8 @@
 namespace tileattn::cuda::sm90 {
 
 // The calls it can serve: dense batches (no cu_seqlens, seqused_k), no softcap or ALiBi (dropout
-// has its own kernel), head dims up to 128 (buckets 64 and 128) with 16-byte aligned rows.  Under auto from 1024 query
+// has its own kernel), head dims up to 128 (buckets 64 and 128; d <= 64 only when forced) with
+// 16-byte aligned rows.  Under auto from 1024 query
 // rows: each CTA walks its query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue
 // are exposed once per walk.  With dK, dV leaving by TMA (2026-11-30 A/B, H200 bf16, forced
 // against auto): d128 2k +13% (causal +15%), 1k +9% (+4%), 512 even (+10%); d96 2k +15% (+7%), 1k
@@ -39,6 +40,10 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
     return false;
   }
   if (a.warp_specialized == Mode::kAlways) return true;
+  // d <= 64 only when forced: with 64-row query blocks its products are too short next to each
+  // block's fixed work, and it measured 0.73-0.86x the FA2-structured kernel's 128 x 128 tiles at
+  // every length, atomic and deterministic (2026-11-30 A/B, H200 bf16, d64 512-8k).
+  if (f.head_dim <= 64) return false;
   // Deterministic calls too: with two dQ writers this kernel's deterministic mode passed the
   // FA2-structured kernel's from 1k rows (2026-11-30 A/B against main's dispatch, H200 bf16:
   // d128 1k +10%, 4k +8%, 16k +9%, d96 +7-10%), causal from 4k (+5-10%) but not at 512 or 1k
