@@ -157,7 +157,7 @@ def test_unknown_forward_family_is_an_error(monkeypatch):
 
 
 # TILEATTN_BACKWARD_FAMILY picks the backward's products (wgmma on Hopper, else mma.sync);
-# TILEATTN_BACKWARD_WS the warp-specialized Hopper kernel (auto, 0 or 1; it serves d <= 128).
+# TILEATTN_BACKWARD_WS the warp-specialized Hopper kernel (auto, 0 or 1; auto uses it for d65-128).
 @pytest.mark.parametrize("variable, typo, choices, head_dim", [
     ("TILEATTN_BACKWARD_FAMILY", "sm91", ("sm80", "auto"), 64),
     ("TILEATTN_BACKWARD_WS", "yes", ("0", "1"), 128),
