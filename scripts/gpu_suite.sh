@@ -24,7 +24,8 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
     tail -2 "$OUT/check_forward.log"
   fi
   # On sm90 the runs above use the Hopper forward family (src/cuda/cuda_forward.cu); the forward
-  # tests again with the sm80 family forced, which serves what the sm90 family does not (unaligned or zero strides) and other GPUs.
+  # tests again with the sm80 family forced, which serves what the sm90 family does not (unaligned
+  # or zero strides) and other GPUs.
   TILEATTN_FORWARD_FAMILY=sm80 timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward_sm80.log" 2>&1 || rc=1
   tail -2 "$OUT/check_forward_sm80.log"
   TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm80 timeout 300 $PYTEST \
