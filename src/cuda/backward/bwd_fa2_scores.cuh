@@ -30,13 +30,17 @@ __device__ __forceinline__ void probs_and_score_grads(TensorS& scores, TensorP& 
   static_assert(decltype(cute::size<0>(scores))::value == kRows);
   static_assert(kRows % 2 == 0 && decltype(cute::size<1, 0>(scores))::value == 2,
                 "rows i, i + 8 adjacent and column pairs (half of one Philox group)");
-  // Rows r, r + 1 of the view are rows i, i + 8 of one mma.sync band.  This kernel's warps split
-  // the keys, so a thread's next column pair lies in another warp's 8 columns: one Philox call
-  // serves the four elements (i, i + 8) x (j, j + 1) here, words 0 and 2 of the group, or 1 and 3
-  // when j lies in the group's second 8 columns (common/philox.h).  The calls run first, in a
-  // loop that is not unrolled, and leave four keep bits each, as in the forward (mask_policy.h),
-  // where unrolled calls spilled; here it measured even (d128 8k forward+backward 245 TFLOP/s
-  // both ways), the kernel's own structure being what dropout's backward waits on.
+  // Rows r, r + 1 of the view are rows i, i + 8 of one 16-row band.  With the mma.sync products
+  // this kernel's warps split the keys, so a thread's next column pair lies in another warp's 8
+  // columns: one Philox call serves the four elements (i, i + 8) x (j, j + 1), words 0 and 2 of
+  // the group, or 1 and 3 when j lies in the group's second 8 columns (common/philox.h).  In the
+  // wgmma views of the sm90 products a thread's next pair is j + 8, the rest of the same group, so
+  // one call serves all eight (checked per call from the coordinates: half the calls at d64 and
+  // d256, where dropout's backward runs this kernel on Hopper).  The calls run first, in a loop
+  // that is not unrolled, and leave four keep bits a column pair, as in the forward
+  // (mask_policy.h), where unrolled calls spilled; here that measured even (d128 8k
+  // forward+backward 245 TFLOP/s both ways), the kernel's own structure being what dropout's
+  // backward waits on.
   constexpr int kCols = decltype(cute::size<1>(scores))::value;
   // Four keep bits a column pair: 32 bits hold the 8 column pairs of the mma.sync views, the
   // wgmma views of the sm90 products hold up to 16 (d64).
@@ -55,12 +59,8 @@ __device__ __forceinline__ void probs_and_score_grads(TensorS& scores, TensorP& 
     }
     KeepBits keep_bits = 0;  // bit 4 (c / 2) + 2 h + j: element (r + h, c + j) is kept
     if constexpr (kDropout) {
-#pragma unroll 1
-      for (int c = 0; c < kCols; c += 2) {
-        const int col0 = n0 + cute::get<1>(coords(r, c));
-        const Philox4x32 draws = dropout_draws(rule.seed, rule.offset, rule.batch_index, rule.head,
-                                               rule.num_heads, rows[0], col0);
-        const int band = (col0 >> 3) & 1;
+      // The four keep bits of column pair c from its group's draws (band: which 8 columns).
+      auto nibble_of = [&](const Philox4x32& draws, int band) {
         uint32_t nibble = 0;
         CUTE_UNROLL
         for (int h = 0; h < 2; ++h) {
@@ -69,7 +69,22 @@ __device__ __forceinline__ void probs_and_score_grads(TensorS& scores, TensorP& 
             nibble |= uint32_t(dropout_draw16(draws, 4 * h + 2 * band + j) >= rule.dropout_threshold) << (2 * h + j);
           }
         }
-        keep_bits |= KeepBits(nibble) << (2 * c);
+        return nibble;
+      };
+#pragma unroll 1
+      for (int c = 0; c < kCols;) {
+        const int col0 = n0 + cute::get<1>(coords(r, c));
+        const Philox4x32 draws = dropout_draws(rule.seed, rule.offset, rule.batch_index, rule.head,
+                                               rule.num_heads, rows[0], col0);
+        const int band = (col0 >> 3) & 1;
+        keep_bits |= KeepBits(nibble_of(draws, band)) << (2 * c);
+        // The next pair, 8 columns on, is the group's other half (wgmma views): same draws.
+        if (band == 0 && c + 2 < kCols && cute::get<1>(coords(r, c + 2)) == cute::get<1>(coords(r, c)) + 8) {
+          keep_bits |= KeepBits(nibble_of(draws, 1)) << (2 * (c + 2));
+          c += 4;
+        } else {
+          c += 2;
+        }
       }
     }
     CUTE_UNROLL
