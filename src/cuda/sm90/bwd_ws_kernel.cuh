@@ -13,7 +13,7 @@
 //     dS^T = P^T o (Z^T o dP^T - D_i)       (Z = dropout mask / (1 - p), 1 without dropout)
 //     dV_g += (Z^T o P^T) dO_i,  dK_g += dS^T Q_i            (wgmma, A from registers)
 //     dS -> smem;  barrier with the other consumer;  dQ_i[:, 64g..] = dS K  (wgmma, smem; at
-//     d64 dQ_i over this consumer's keys, to its own buffer, the writer adding the two)
+//     d64 the consumers take alternate blocks' whole dQ instead)
 //     release the stage;  dQ_i -> shared memory for the writer
 //   then dK_g (times the softmax scale) and dV_g to global memory.
 //
@@ -162,9 +162,8 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typena
 }
 
 // Warps 2 and 3 of the producer warpgroup (`writer` 0 and 1, the even and odd steps of the walk):
-// each query block's dQ, once both consumers have written their halves to shared memory (at d64
-// their keys' two partial sums, which the writer adds first), goes to the float32 workspace as one
-// bulk reduction per row (rows past seqlen_q are not sent:
+// each query block's dQ, once both consumers have written their halves to shared memory, goes to
+// the float32 workspace as one 512-byte bulk reduction per row (rows past seqlen_q are not sent:
 // in a packed batch they would be the next sequence's).  When deterministic, lane 0 waits for the
 // block's turn first and releases it after the reductions have landed, so the consumers never wait
 // for a turn or for the reductions, and while one writer waits for its reductions to land the
@@ -189,20 +188,7 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Trai
       fence_proxy_async_global();  // the reductions come after the acquired turn
     }
     for (int r = lane; r < Traits::kBlockM; r += 32) {
-      if (r >= valid_rows) continue;
-      float* row = ss.dq[0] + r * Traits::kDqPitch;
-      if constexpr (Traits::kDqBuffers == 2) {  // d64: the second consumer's keys' share, added here
-        const float* other = ss.dq[1] + r * Traits::kDqPitch;
-        CUTE_UNROLL
-        for (int c = 0; c < kHeadDim; c += 4) {
-          float4 a = *reinterpret_cast<const float4*>(row + c);
-          const float4 b = *reinterpret_cast<const float4*>(other + c);
-          a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-          *reinterpret_cast<float4*>(row + c) = a;
-        }
-        fence_proxy_async_shared();  // this lane's generic writes, read next by its bulk copy
-      }
-      bulk_reduce_add_f32(gdq + r * kHeadDim, row, kHeadDim * 4);
+      if (r < valid_rows) bulk_reduce_add_f32(gdq + r * kHeadDim, ss.dq + r * Traits::kDqPitch, kHeadDim * 4);
     }
     bulk_commit();
     // The consumers may write the next dQ once the copies have read this one; the turn waits for
@@ -303,7 +289,6 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   using KC = typename Traits::_KC;
   using D = typename Traits::_D;
   using DC = typename Traits::_DC;
-  using DK = typename Traits::_DK;
   constexpr int kBlockM = Traits::kBlockM;
   const bwd::BwdArgs& a = prm.a;
   const tileattn_fwd_params& f = a.p.fwd;
@@ -336,14 +321,11 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
   Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
   Tensor tVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, N, K, stage)
   Tensor tKrQt = thr_dkv.partition_fragment_B(sQt);
-  // This consumer's dQ product: at d128 its half of the columns over all keys, at d64 all columns
-  // over its own keys into its own buffer (Traits::kDqSplitByColumns).
-  constexpr bool kByColumns = Traits::kDqSplitByColumns;
-  const int dq_col0 = kByColumns ? g * Traits::kDqColumns : 0;
-  float* const dq_buffer = ss.dq[kByColumns ? 0 : g];
-  const int dq_key_block = kByColumns ? 0 : g;  // which DK keys of dS and K^T its product reads
-  Tensor tQrKt = thr_dq.partition_fragment_B(local_tile(sKt(_, _, 0), Shape<DC, DK>{},
-                                                        make_coord(kByColumns ? g : 0, dq_key_block)));
+  Tensor tQrdS = thr_dq.partition_fragment_A(sdS);    // (MMA, M, K, buffer)
+  // This consumer's dQ columns: half of them at d128, all of them at d64 (Traits::kDqSplitByColumns).
+  const int dq_col0 = Traits::kDqSplitByColumns ? g * Traits::kDqColumns : 0;
+  Tensor tQrKt = thr_dq.partition_fragment_B(
+      local_tile(sKt(_, _, 0), Shape<DC, N>{}, make_coord(Traits::kDqSplitByColumns ? g : 0, _0{})));
 
   // dS^T registers -> this consumer's 64 key rows of dS (as (keys, query rows)), 4 bytes a store.
   auto r2s = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>{}, mma_sdp);
@@ -428,15 +410,14 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     wgmma_issue<false>(mma_dkv, tOrdS, tKrQt(_, _, _, stage.index), acc_dk);
 
     // dS -> shared memory; dQ_i[:, dq_col0 ..] = dS K once both consumers' keys are there (at d64
-    // this consumer's keys' share of all columns).
+    // by consumer `step % 2` alone).
     copy(r2s, thr_r2s.retile_S(rdS),
          thr_r2s.partition_D(local_tile(sdSt(_, _, buffer), Shape<KC, M>{}, make_coord(g, _0{}))));
     cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kWsDsBarrier, Traits::kConsumerThreads);
+    const bool computes_dq = Traits::kDqSplitByColumns || (step & 1) == g;
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<M, DC>{});
-    Tensor tQrdS = thr_dq.partition_fragment_A(
-        local_tile(sdS(_, _, buffer), Shape<M, DK>{}, make_coord(_0{}, dq_key_block)));
-    wgmma_issue<true>(mma_dq, tQrdS, tQrKt, acc_dq);
+    if (computes_dq) wgmma_issue<true>(mma_dq, tQrdS(_, _, _, buffer), tQrKt, acc_dq);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_dv);
     warpgroup_fence_operand(acc_dk);
@@ -448,10 +429,12 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     // The previous block's writer must have read the buffer; each writer's barriers complete
     // once per block it takes, so their phase flips every kWriters steps.
     if (step > 0) EmptyBarrier::wait(&ss.dq_empty[(step - 1) % kWriters], ((step - 1) / kWriters) & 1);
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_dq); i += 2) {
-      const int r = get<0>(cdQ(i)), c = dq_col0 + get<1>(cdQ(i));
-      *reinterpret_cast<float2*>(dq_buffer + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
+    if (computes_dq) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_dq); i += 2) {
+        const int r = get<0>(cdQ(i)), c = dq_col0 + get<1>(cdQ(i));
+        *reinterpret_cast<float2*>(ss.dq + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
+      }
     }
     fence_proxy_async_shared();  // generic writes, read next by the TMA unit
     EmptyBarrier::arrive(&ss.dq_full[step % kWriters]);

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>  // std::integral_constant
+
 #include <cute/tensor.hpp>
 
 #include "cuda/backward/bwd_args.h"
@@ -111,11 +113,17 @@ void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
   // reductions need no wait before the next block (measured 2026-11-30, d128: deterministic +4-11%
   // from 2k with two, atomic even from 4k and lower at causal 1k).
   // Dropout is a separate kernel: its Philox calls and keep bits cost the plain one nothing.
+  // One launch per (writers, dropout) pair; the tags carry the choice into the template.
+  const auto launch = [&](auto writers, auto dropout) {
+    launch_bwd_ws_kernel<Traits, decltype(writers)::value, decltype(dropout)::value>(prm, f, stream);
+  };
+  using OneWriter = std::integral_constant<int, 1>;
+  using TwoWriters = std::integral_constant<int, 2>;
   const bool dropout = f.dropout_p > 0.f;
   if (a.dq_turns != nullptr) {
-    dropout ? launch_bwd_ws_kernel<Traits, 2, true>(prm, f, stream) : launch_bwd_ws_kernel<Traits, 2, false>(prm, f, stream);
+    dropout ? launch(TwoWriters{}, std::true_type{}) : launch(TwoWriters{}, std::false_type{});
   } else {
-    dropout ? launch_bwd_ws_kernel<Traits, 1, true>(prm, f, stream) : launch_bwd_ws_kernel<Traits, 1, false>(prm, f, stream);
+    dropout ? launch(OneWriter{}, std::true_type{}) : launch(OneWriter{}, std::false_type{});
   }
 }
 

@@ -37,24 +37,18 @@ struct BwdWsTraits {
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "the head-dim buckets 64 and 128");
-  // dQ = dS K: at d128 each consumer computes 64 of the head-dim columns over all 128 keys.  At d64
-  // half the columns would be 32 of K^T, which is MN-major with the 128-byte swizzle, whose atom
-  // spans 64 head-dim columns: a wgmma descriptor cannot start inside an atom.  So at d64 each
-  // consumer computes all columns over its own 64 keys, into its own buffer, and the dQ writer
-  // adds the two partial sums before its bulk reductions.  (Alternate consumers computing a whole
-  // block's dQ under a branch measured 0.73-0.86x the FA2-structured kernel, and ptxas serialized
-  // those kernels' wgmmas, warning C7515.)
+  // dQ = dS K: at d128 each consumer computes 64 of the head-dim columns every block.  At d64 the
+  // half would be 32 columns of K^T, which is MN-major with the 128-byte swizzle, whose atom spans
+  // 64 head-dim columns: a wgmma descriptor cannot start inside an atom.  So at d64 one consumer
+  // computes all of dQ, the two taking alternate blocks (bwd_ws_kernel.cuh).
   static constexpr bool kDqSplitByColumns = kHeadDim >= 128;
-  static constexpr int kDqBuffers = kDqSplitByColumns ? 1 : 2;
-  static constexpr int kDqColumns = kDqSplitByColumns ? kHeadDim / 2 : kHeadDim;         // N of a dQ product
-  static constexpr int kDqKeys = kDqSplitByColumns ? kBlockN : kKeysPerConsumer;          // K of a dQ product
+  static constexpr int kDqColumns = kDqSplitByColumns ? kHeadDim / 2 : kHeadDim;  // per dQ product
 
   using _M = cute::Int<kBlockM>;
   using _N = cute::Int<kBlockN>;
   using _KC = cute::Int<kKeysPerConsumer>;
   using _D = cute::Int<kHeadDim>;
   using _DC = cute::Int<kDqColumns>;
-  using _DK = cute::Int<kDqKeys>;
   using _S = cute::Int<kStages>;
 
   // (rows, head dim) tiles K-major with the 128-byte swizzle: what TMA writes and wgmma reads.
@@ -82,9 +76,9 @@ struct BwdWsTraits {
   using TiledMmadKV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<_KC, _D, _M>, cute::GMMA::Major::K,
                                  cute::GMMA::Major::MN>()));
-  // dQ = dS K for kDqColumns of the head dim over kDqKeys keys: A = dS (query rows contiguous), B = K^T.
+  // dQ = dS K for kDqColumns of the head dim: A = dS (query rows contiguous), B = K^T.
   using TiledMmadQ = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<_M, _DC, _DK>, cute::GMMA::Major::MN,
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<_M, _DC, _N>, cute::GMMA::Major::MN,
                                  cute::GMMA::Major::MN>()));
 
   // Global tensors as TMA sees them: (rows, head dim, heads, batch), head dim contiguous.
@@ -123,7 +117,7 @@ struct BwdWsTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
     // dQ of one query block on its way to the workspace (a dQ writer warp's bulk reductions):
     // float32 rows padded to kDqPitch.
-    alignas(128) float dq[kDqBuffers][kBlockM * kDqPitch];
+    alignas(128) float dq[kBlockM * kDqPitch];
     float lse_log2[kStages][kBlockM];  // LSE in log2 units, +inf past seqlen_q
     float delta[kStages][kBlockM];     // D = rowsum(dO o O), 0 past seqlen_q
     uint64_t kv_full;
