@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Where an eager forward call's time goes, tileattn next to SDPA's cuDNN backend, d128 bf16 at 16k
-tokens (B x S, 16 heads), no autograd:
+"""Where an eager forward call's time goes, tileattn next to SDPA's cuDNN and flash backends, bf16
+at 16k tokens (B x S, hidden 2048 as in the sweep's "fa" shapes), no autograd:
 
   event-timed   one call between two CUDA events after a synchronize, as `python3 -m bench sweep`
                 times it: the host's work before the launch plus the kernels
@@ -8,8 +8,9 @@ tokens (B x S, 16 heads), no autograd:
   back-to-back  wall time per call over 50 calls issued without waiting
   host issue    wall time per call to issue 200 calls (the GPU queue absorbs them)
 
-    python3 bench/gpu/host_vs_kernel.py
+    python3 bench/gpu/host_vs_kernel.py [--headdims 128] [--seqlens 512 2048 8192] [--causal no]
 """
+import argparse
 import time
 
 import torch
@@ -20,9 +21,12 @@ from torch.profiler import ProfilerActivity, profile
 import tileattn
 
 
-def cudnn(q, k, v):
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+def sdpa(backend, causal):
+    def call(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  is_causal=causal)
+    return call
 
 
 def measure(fn):
@@ -62,18 +66,29 @@ def measure(fn):
 
 
 def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--headdims", type=int, nargs="+", default=[128])
+    p.add_argument("--seqlens", type=int, nargs="+", default=[512, 2048, 8192])
+    p.add_argument("--causal", choices=("no", "yes", "both"), default="no")
+    args = p.parse_args()
+    causal_values = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
     with torch.no_grad():
-        for seqlen, batch in ((512, 32), (2048, 8), (8192, 2)):
-            q, k, v = (torch.randn(batch, seqlen, 16, 128, device="cuda", dtype=torch.bfloat16)
-                       for _ in range(3))
-            for name, fn in (("tileattn", lambda: tileattn.flash_attn_func(q, k, v)),
-                             ("sdpa-cudnn", lambda: cudnn(q, k, v))):
-                event, kernels, back_to_back, issue, ops = measure(fn)
-                print(f"S={seqlen:5d} B={batch:2d} {name:10s} event-timed {event:7.1f} us  "
-                      f"kernels {kernels:7.1f} us  back-to-back {back_to_back:7.1f} us  "
-                      f"host issue {issue:6.1f} us")
-                for us, count, op in ops[:4]:
-                    print(f"      {us:8.1f} us  x{count}  {op[:90]}")
+        for head_dim in args.headdims:
+            for seqlen in args.seqlens:
+                batch, heads = max(1, 16384 // seqlen), 2048 // head_dim
+                q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16)
+                           for _ in range(3))
+                for causal in causal_values:
+                    calls = (("tileattn", lambda: tileattn.flash_attn_func(q, k, v, causal=causal)),
+                             ("sdpa-cudnn", lambda: sdpa(SDPBackend.CUDNN_ATTENTION, causal)(q, k, v)),
+                             ("sdpa-flash", lambda: sdpa(SDPBackend.FLASH_ATTENTION, causal)(q, k, v)))
+                    for name, fn in calls:
+                        event, kernels, back_to_back, issue, ops = measure(fn)
+                        print(f"d{head_dim} S={seqlen:5d} B={batch:2d} causal={int(causal)} {name:10s} "
+                              f"event-timed {event:7.1f} us  kernels {kernels:7.1f} us  "
+                              f"back-to-back {back_to_back:7.1f} us  host issue {issue:6.1f} us")
+                        for us, count, op in ops[:3]:
+                            print(f"      {us:8.1f} us  x{count}  {op[:90]}")
 
 
 if __name__ == "__main__":
