@@ -9,9 +9,11 @@ LIB=$(realpath "${1:-build-final2/src/libtileattn.so}")
 OUT=${OUT:-ncu-out}
 mkdir -p "$OUT"
 export TILEATTN_LIBRARY=$LIB PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
-SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+# The sections say how busy each unit was; the stall metrics (cycles a warp spent stalled per issued
+# instruction, by reason) say what the warps waited for, which the sections only summarize.
+SECTIONS=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
   --section WarpStateStats --section SchedulerStats --section InstructionStats --section Occupancy
-  --section LaunchStats"
+  --section LaunchStats --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio')
 # The forward's call is found by its NVTX range; the backward runs on autograd's own thread, where
 # the main thread's range does not reach, so its main kernel is picked by name: the 4th launch (after
 # three warm-up steps) of tileattn's two backward kernels or flash-attn 2's.
@@ -21,7 +23,7 @@ while read -r name backend direction options; do
   [[ -n ${ONLY:-} && ! $name =~ $ONLY ]] && continue
   select=(--nvtx --nvtx-include "profile/")
   [[ $direction == bwd ]] && select=(--kernel-name "$BWD_KERNELS" --launch-skip 3 --launch-count 1)
-  timeout 90 ncu "${select[@]}" $SECTIONS \
+  timeout 90 ncu "${select[@]}" "${SECTIONS[@]}" \
     python3 bench/gpu/ncu_call.py "$backend" "$direction" $options < /dev/null > "$OUT/$name.txt" 2>&1
   echo "$name: rc=$? $(grep -c 'Duration' "$OUT/$name.txt") kernels"
 done <<'LIST'
