@@ -79,9 +79,11 @@ def main():
                 q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16)
                            for _ in range(3))
                 for causal in causal_values:
+                    cudnn, flash = (sdpa(backend, causal)
+                                    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION))
                     calls = (("tileattn", lambda: tileattn.flash_attn_func(q, k, v, causal=causal)),
-                             ("sdpa-cudnn", lambda: sdpa(SDPBackend.CUDNN_ATTENTION, causal)(q, k, v)),
-                             ("sdpa-flash", lambda: sdpa(SDPBackend.FLASH_ATTENTION, causal)(q, k, v)))
+                             ("sdpa-cudnn", lambda: cudnn(q, k, v)),
+                             ("sdpa-flash", lambda: flash(q, k, v)))
                     for name, fn in calls:
                         event, kernels, back_to_back, issue, ops = measure(fn)
                         print(f"d{head_dim} S={seqlen:5d} B={batch:2d} causal={int(causal)} {name:10s} "
