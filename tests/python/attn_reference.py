@@ -33,29 +33,11 @@ def attention(q, k, v, dout=None, *, dtype=torch.float64, softmax_scale=None, wi
     dropout keep-mask.  Returns dict(out, lse, probs) and, when dout is given, dq, dk, dv (from
     autograd through the same computation).  Empty rows: out 0, lse +inf, probs 0.
     """
-    batch, seqlen_q, num_heads, head_dim = q.shape
-    seqlen_k, num_heads_k = k.shape[1], k.shape[2]
-    scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
     q_, k_, v_ = (x.detach().to(dtype).requires_grad_(dout is not None) for x in (q, k, v))
-    group = num_heads // num_heads_k
-    kk = k_.repeat_interleave(group, dim=2)
-    vv = v_.repeat_interleave(group, dim=2)
-    scores = torch.einsum("bqhd,bkhd->bhqk", q_ * scale, kk)
-    if softcap > 0:
-        scores = torch.tanh(scores / softcap) * softcap
-    if alibi_slopes is not None:
-        slopes = alibi_slopes.to(dtype)
-        slopes = slopes.view(1, num_heads) if slopes.dim() == 1 else slopes
-        row = torch.arange(seqlen_q, device=q.device)[:, None]
-        col = torch.arange(seqlen_k, device=q.device)[None, :]
-        distance = (row + seqlen_k - seqlen_q - col).abs().to(dtype)
-        scores = scores - slopes[:, :, None, None] * distance
-    visible = visible_mask(seqlen_q, seqlen_k, window_left, window_right, q.device)
-    row_any = visible.any(dim=-1)[:, None].expand(seqlen_q, seqlen_k)
-    scores = scores.masked_fill(~visible, float("-inf"))
-    # Rows with no visible key: softmax over zeros, then zeroed, so autograd stays finite.
-    safe = torch.where(row_any, scores, torch.zeros((), dtype=scores.dtype, device=q.device))
-    probs = torch.softmax(safe, dim=-1) * row_any
+    vv = v_.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
+    scores, visible = _scores(q_, k_, softmax_scale, window_left, window_right, softcap, alibi_slopes)
+    probs = _probs(scores, visible)
     lse = torch.logsumexp(scores.float() if dtype != torch.float64 else scores, dim=-1)
     lse = torch.where(visible.any(dim=-1), lse, torch.full_like(lse, math.inf))
     dropped = probs
@@ -67,6 +49,55 @@ def attention(q, k, v, dout=None, *, dtype=torch.float64, softmax_scale=None, wi
         out.backward(dout.to(dtype))
         result.update(dq=q_.grad, dk=k_.grad, dv=v_.grad)
     return result
+
+
+def _scores(q, k, softmax_scale, window_left, window_right, softcap, alibi_slopes):
+    """(B, H, Sq, Sk) scores in q's dtype, invisible ones -inf, and the (Sq, Sk) visibility."""
+    seqlen_q, num_heads, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    seqlen_k = k.shape[1]
+    scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
+    kk = k.repeat_interleave(num_heads // k.shape[2], dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q * scale, kk)
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(q.dtype)
+        slopes = slopes.view(1, num_heads) if slopes.dim() == 1 else slopes
+        row = torch.arange(seqlen_q, device=q.device)[:, None]
+        col = torch.arange(seqlen_k, device=q.device)[None, :]
+        distance = (row + seqlen_k - seqlen_q - col).abs().to(q.dtype)
+        scores = scores - slopes[:, :, None, None] * distance
+    visible = visible_mask(seqlen_q, seqlen_k, window_left, window_right, q.device)
+    return scores.masked_fill(~visible, float("-inf")), visible
+
+
+def _probs(scores, visible):
+    # Rows with no visible key: softmax over zeros, then zeroed, so autograd stays finite.
+    row_any = visible.any(dim=-1)[:, None].expand_as(visible)
+    safe = torch.where(row_any, scores, torch.zeros((), dtype=scores.dtype, device=scores.device))
+    return torch.softmax(safe, dim=-1) * row_any
+
+
+def saved_output_shift(q, k, v, dout, out, *, softmax_scale=None, window_left=-1, window_right=-1,
+                       softcap=0.0, alibi_slopes=None):
+    """How far dq and dk move, in float64, when the backward's D = rowsum(dO o O) reads `out` as
+    the forward returned it (rounded to its dtype) instead of the exact O.
+
+    FlashAttention's backward reads the saved output (flash-attn's contract, and ours), so this
+    shift is part of the result, not an error of the kernel; the naive baseline (autograd through
+    softmax) never reads O and does not pay it.  D moves by dD = rowsum(dO o (out - O)), which
+    changes dS by -P dD per row: with one query over three keys at float16 that alone was 2.6x the
+    naive error (a CI failure, TILEATTN_TEST_SEED=1857422709).  Returns dict(dq, dk, dv), dv zero."""
+    q64, k64 = (x.detach().double().requires_grad_() for x in (q, k))
+    scores, visible = _scores(q64, k64, softmax_scale, window_left, window_right, softcap,
+                              alibi_slopes)
+    probs = _probs(scores, visible)
+    exact = attention(q, k, v, softmax_scale=softmax_scale, window_left=window_left,
+                      window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes)["out"]
+    d_delta = ((out.detach().double() - exact) * dout.detach().double()).sum(-1)  # (B, Sq, H)
+    d_scores = -probs.detach() * d_delta.permute(0, 2, 1)[..., None]
+    dq, dk = torch.autograd.grad(scores, (q64, k64), d_scores)
+    return {"dq": dq, "dk": dk, "dv": torch.zeros_like(v, dtype=torch.float64)}
 
 
 # ---- Philox-4x32-7 and the dropout mapping (src/common/philox.h), vectorized with numpy -------

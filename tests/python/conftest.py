@@ -51,7 +51,7 @@ def dtypes_for(device):
     return [torch.bfloat16, torch.float16] + ([torch.float32] if device == "cpu" else [])
 
 
-def assert_fa_close(name, ours, naive, ref, floor, lse=None):
+def assert_fa_close(name, ours, naive, ref, floor, lse=None, shift=None):
     """FlashAttention's rule: max|ours - ref| <= 2 * max|naive - ref| + floor, where ref is
     float64 and naive is the same computation in the inputs' precision.  Infinite entries (LSE of
     rows that see no key) must match exactly.
@@ -59,7 +59,9 @@ def assert_fa_close(name, ours, naive, ref, floor, lse=None):
     Gradients pass the float64 LSE as `lse`: the backward recomputes P = exp(S - LSE) from the
     float32 LSE the forward saved (flash-attn's contract), and that rounding moves P by up to
     2^-24 |LSE| relative, which the naive computation (softmax in one pass) never pays.  With ALiBi
-    or large scores |LSE| reaches the hundreds, so the floor grows by 4 x 2^-24 max|LSE| max|ref|."""
+    or large scores |LSE| reaches the hundreds, so the floor grows by 4 x 2^-24 max|LSE| max|ref|.
+    `shift` (attn_reference.saved_output_shift) is the part of dq and dk that follows from the
+    backward reading the rounded output it saved; the floor grows by its largest entry."""
     ours, naive, ref = (x.detach().double().cpu() for x in (ours, naive, ref))
     assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
     assert not torch.isnan(ours).any(), f"{name}: NaN in {int(torch.isnan(ours).sum())} entries"
@@ -74,6 +76,8 @@ def assert_fa_close(name, ours, naive, ref, floor, lse=None):
         lse = lse.detach().double().cpu()
         lse_max = lse[torch.isfinite(lse)].abs().max().item() if torch.isfinite(lse).any() else 0.0
         floor += 4 * 2.0 ** -24 * lse_max * ref[finite].abs().max().item()
+    if shift is not None:
+        floor += shift.detach().double().cpu().abs().max().item()
     err = (ours[finite] - ref[finite]).abs().max().item()
     base = (naive[finite] - ref[finite]).abs().max().item()
     assert err <= 2 * base + floor, (

@@ -62,12 +62,10 @@ def run_varlen(device, dtype, seqlens_q, seqlens_k, num_heads=6, num_heads_k=2, 
                         naive["probs"], truth["probs"], floor)
         assert torch.all(probs[b, :, len_q:] == 0) and torch.all(probs[b, :, :, used_k:] == 0), \
             f"{tag}: attn_probs outside the sequence must be 0"
-        assert_fa_close(f"{tag} dq", q.grad[rows].unsqueeze(0), naive["dq"], truth["dq"], floor,
-                        lse=truth["lse"])
-        assert_fa_close(f"{tag} dk", k.grad[used].unsqueeze(0), naive["dk"], truth["dk"], floor,
-                        lse=truth["lse"])
-        assert_fa_close(f"{tag} dv", v.grad[used].unsqueeze(0), naive["dv"], truth["dv"], floor,
-                        lse=truth["lse"])
+        shift = ref.saved_output_shift(*args, out[rows].unsqueeze(0), **options)
+        for name, grad, where in (("dq", q.grad, rows), ("dk", k.grad, used), ("dv", v.grad, used)):
+            assert_fa_close(f"{tag} {name}", grad[where].unsqueeze(0), naive[name], truth[name],
+                            floor, lse=truth["lse"], shift=shift[name])
         unused = slice(used.stop, keys.stop)
         assert torch.all(k.grad[unused] == 0) and torch.all(v.grad[unused] == 0), \
             f"{tag}: keys past seqused_k must get zero gradient"
