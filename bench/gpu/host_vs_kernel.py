@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Where an eager forward call's time goes, tileattn next to SDPA's cuDNN and flash backends, bf16
-at 16k tokens (B x S, hidden 2048 as in the sweep's "fa" shapes), no autograd:
+"""Where an eager forward call's time goes, tileattn next to SDPA's cuDNN and flash backends (as
+bench/backends.py calls them), bf16, the sweep's "fa" shapes (16k tokens, hidden 2048), no autograd:
 
   event-timed   one call between two CUDA events after a synchronize, as `python3 -m bench sweep`
                 times it: the host's work before the launch plus the kernels
@@ -14,19 +14,11 @@ import argparse
 import time
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
-import tileattn
-
-
-def sdpa(backend, causal):
-    def call(q, k, v):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                  is_causal=causal)
-    return call
+import timing  # noqa: F401  bench/gpu/timing.py: puts the repository root on sys.path
+from bench import backends, shapes
+from bench.measure import make_inputs
 
 
 def measure(fn):
@@ -75,23 +67,17 @@ def main():
     with torch.no_grad():
         for head_dim in args.headdims:
             for seqlen in args.seqlens:
-                batch, heads = max(1, 16384 // seqlen), 2048 // head_dim
-                q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16)
-                           for _ in range(3))
                 for causal in causal_values:
-                    cudnn, flash = (sdpa(backend, causal)
-                                    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION))
-                    calls = (("tileattn", lambda: tileattn.flash_attn_func(q, k, v, causal=causal)),
-                             ("sdpa-cudnn", lambda: cudnn(q, k, v)),
-                             ("sdpa-flash", lambda: flash(q, k, v)))
-                    for name, fn in calls:
-                        event, kernels, back_to_back, issue, ops = measure(fn)
-                        print(f"d{head_dim} S={seqlen:5d} B={batch:2d} causal={int(causal)} {name:10s} "
+                    case = shapes.fa_papers(seqlen, head_dim, causal)
+                    q, k, v, _ = make_inputs(case, "cuda", torch.bfloat16, requires_grad=False)
+                    for name in ("tileattn", "sdpa-cudnn", "sdpa-flash"):
+                        call = backends.get(name).make(q, k, v, causal)
+                        event, kernels, back_to_back, issue, ops = measure(call)
+                        print(f"d{head_dim} S={seqlen:5d} B={case.batch:2d} causal={int(causal)} {name:10s} "
                               f"event-timed {event:7.1f} us  kernels {kernels:7.1f} us  "
                               f"back-to-back {back_to_back:7.1f} us  host issue {issue:6.1f} us")
                         for us, count, op in ops[:3]:
                             print(f"      {us:8.1f} us  x{count}  {op[:90]}")
-
 
 if __name__ == "__main__":
     main()
