@@ -20,10 +20,10 @@ namespace tileattn::cuda::sm90 {
 // The calls it can serve: dense batches (no cu_seqlens, seqused_k), no softcap or ALiBi (dropout
 // has its own kernel), head dims up to 128 (buckets 64 and 128; d <= 64 only when forced) with
 // 16-byte aligned rows.  Under auto from 1024 query rows: each CTA walks its query blocks with one
-// CTA an SM, so fill, drain and the dK, dV epilogue are exposed once per walk.  With dK, dV leaving by TMA (2026-11-30 A/B, H200 bf16, forced
-// against auto): d128 2k +13% (causal +15%), 1k +9% (+4%), 512 even (+10%); d96 2k +15% (+7%), 1k
-// +8% (-3%), 512 +4% (-6%): 512 rows are a wash, so the threshold sits at 1024.  Every other call
-// runs the FA2-structured kernel.
+// CTA an SM, so fill, drain and the dK, dV epilogue are exposed once per walk.  With dK, dV leaving
+// by TMA (2026-11-30 A/B, H200 bf16, forced against auto): d128 2k +13% (causal +15%), 1k +9%
+// (+4%), 512 even (+10%); d96 2k +15% (+7%), 1k +8% (-3%), 512 +4% (-6%): 512 rows are a wash, so
+// the threshold sits at 1024.  Every other call runs the FA2-structured kernel.
 inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   using Mode = bwd::BwdArgs::WarpSpecialized;
   if (a.warp_specialized == Mode::kNever) return false;
