@@ -84,8 +84,12 @@ def assert_fa_close(name, ours, naive, ref, floor, lse=None, shift=None):
         f"{name}: max error {err:.3g} vs float64 exceeds 2 x naive {base:.3g} + {floor:g}")
 
 
-# Floors of the rule: the naive baseline can be exact by luck on tiny problems.
-FLOOR = {torch.float32: 2e-5, torch.float16: 1e-4, torch.bfloat16: 1e-3}
+# Floors of the rule: the naive baseline can be exact by luck on tiny problems, or by structure.
+# With one key, P = 1 and dS = P (dP - D) is 0 exactly: autograd's softmax backward returns 0, while
+# the FlashAttention backward computes dP and D = rowsum(dO o O) as two float32 dot products whose
+# roundings differ by a few float32 ulps, and dk sums 127 query rows of them: 2.0e-5, over the
+# former 2e-5 floor (CI, TILEATTN_TEST_SEED=171243702, test_varlen_options[cpu-gqa7]).
+FLOOR = {torch.float32: 1e-4, torch.float16: 1e-4, torch.bfloat16: 1e-3}
 
 
 def rand(*shape, dtype, device, requires_grad=False):
