@@ -144,57 +144,83 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         }
       };
 
+      // The key blocks at the top of the tile's range that none of this consumer's rows sees
+      // (under a causal mask the tile's range is its last row's; a consumer wholly past seqlen_q,
+      // the padding of a ragged last tile, sees none) are walked without products or softmax:
+      // only the barrier waits and arrivals and the ping-pong turn of each block, so the producer
+      // and the other consumers see the same sequence.  Peeled off the top instead of tested in the
+      // pipelined loop: a per-block branch there cost 7-36% at every shape (branch
+      // wip/sm90-consumer-own-keys).  d64 (192-row tiles) at 512 tokens: the third consumer of a
+      // head's last tile is padding, and under causal masks 7 of a head's 27 consumer blocks are
+      // unseen.
+      const int own_max = row0 < seq.seqlen_q ? key_block_range(row0, kRowsPerConsumer, kBlockN, seq.seqlen_q,
+                                                                  seq.seqlen_k, p.window_left, p.window_right)
+                                                    .n_block_max
+                                              : range.n_block_min;
       int n = range.n_block_max - 1;
-      FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
-      ping_pong.wait_turn();
-      wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), acc_s);
-      ping_pong.pass_turn();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_s);
-      EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
-      k_stage.advance();
-      release_q_after_last_qk(n);
-      scores_of_block(n);
-      softmax.score_step(scores, correction);  // O is still zero: no rescale
-      Tensor rP = convert_fragment<Element>(acc_s);
-      Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
-      // Dropout zeroes P's 16-bit copy, after the row sums took the undropped values and S's
-      // float registers are free (drawn on S, the first mapping spilled 1.7 KB a thread at d128;
-      // PhiloxDropout keeps its calls in a loop that is not unrolled for the same reason).
-      Tensor rP_rows = make_tensor(rP.data(), gmma_acc_rowcol_layout(rP.layout()));
-      dropout.apply(rP_rows, coords, row0, n * kBlockN);
-
-      for (--n; n >= range.n_block_min; --n) {
-        zero_v_past_keys(n + 1);  // before the turn: it must not hold up the other consumer
+      for (; n >= max(own_max, range.n_block_min); --n) {
+        FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
+        ping_pong.wait_turn();
+        ping_pong.pass_turn();
+        EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
+        k_stage.advance();
+        release_q_after_last_qk(n);
+        FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
+        EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
+        v_stage.advance();
+      }
+      if (n >= range.n_block_min) {
         FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
         ping_pong.wait_turn();
         wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), acc_s);
-        FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
-        wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, v_stage.index), acc_o);
         ping_pong.pass_turn();
-        warpgroup_wait<1>();  // S landed; the PV wgmma may still run
+        warpgroup_wait<0>();
         warpgroup_fence_operand(acc_s);
         EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
         k_stage.advance();
         release_q_after_last_qk(n);
         scores_of_block(n);
-        const bool rescale = softmax.score_step(scores, correction);
+        softmax.score_step(scores, correction);  // O is still zero: no rescale
+        Tensor rP = convert_fragment<Element>(acc_s);
+        Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
+        // Dropout zeroes P's 16-bit copy, after the row sums took the undropped values and S's
+        // float registers are free (drawn on S, the first mapping spilled 1.7 KB a thread at d128;
+        // PhiloxDropout keeps its calls in a loop that is not unrolled for the same reason).
+        Tensor rP_rows = make_tensor(rP.data(), gmma_acc_rowcol_layout(rP.layout()));
+        dropout.apply(rP_rows, coords, row0, n * kBlockN);
+
+        for (--n; n >= range.n_block_min; --n) {
+          zero_v_past_keys(n + 1);  // before the turn: it must not hold up the other consumer
+          FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
+          ping_pong.wait_turn();
+          wgmma_issue<true>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), acc_s);
+          FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
+          wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, v_stage.index), acc_o);
+          ping_pong.pass_turn();
+          warpgroup_wait<1>();  // S landed; the PV wgmma may still run
+          warpgroup_fence_operand(acc_s);
+          EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
+          k_stage.advance();
+          release_q_after_last_qk(n);
+          scores_of_block(n);
+          const bool rescale = softmax.score_step(scores, correction);
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(acc_o);
+          EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
+          v_stage.advance();
+          if (rescale) softmax.rescale_o(acc_o_rows, correction);
+          rP = convert_fragment<Element>(acc_s);
+          dropout.apply(rP_rows, coords, row0, n * kBlockN);
+        }
+
+        zero_v_past_keys(range.n_block_min);
+        FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
+        wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, v_stage.index), acc_o);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_o);
         EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
         v_stage.advance();
-        if (rescale) softmax.rescale_o(acc_o_rows, correction);
-        rP = convert_fragment<Element>(acc_s);
-        dropout.apply(rP_rows, coords, row0, n * kBlockN);
       }
-
-      zero_v_past_keys(range.n_block_min);
-      FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
-      wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, v_stage.index), acc_o);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_o);
-      EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
-      v_stage.advance();
     }
 
     float lse[kRowsPerThread];

@@ -44,6 +44,10 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
     }
   }
 
+  if (q_rows <= 0) {  // a ragged last tile's padding consumer (consumer.h): nothing to store
+    if constexpr (!Traits::kSeparateO) EmptyBarrier::arrive(&ss.q_empty);
+    return;
+  }
   if constexpr (Traits::kSeqBounds) {
     if (q_rows < kRowsPerConsumer) {  // ends inside the tensor: a TMA box would write the next rows
       const ForwardParams& p = prm.args.params;
