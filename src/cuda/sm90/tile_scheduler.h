@@ -13,12 +13,13 @@
 // (d256 16k causal: 55%, measured 294 TFLOP/s against 405 at 8k).  L2 reuse is expected to hold
 // without groups here (not yet measured): a round covers a few neighbouring query blocks of each
 // head, whose CTAs stream the same K/V blocks at about the same time.
-// Plain integer arithmetic, compiled for the host too: tests/cpp/test_tile_scheduler.cpp checks that
-// every tile runs exactly once.
+// Integer arithmetic with its three divisors prepared on the host (common/fast_divisor.h), compiled
+// for the host too: tests/cpp/test_tile_scheduler.cpp checks that every tile runs exactly once.
 #pragma once
 
 #include <stdint.h>
 
+#include "common/fast_divisor.h"
 #include "common/host_device.h"
 
 namespace tileattn::cuda::sm90 {
@@ -34,6 +35,10 @@ struct TileScheduler {
   int group_pairs;  // (batch, head) pairs per L2 group
   int num_tiles;
   bool longest_first;
+  FastDivisor by_group_tiles;  // group_pairs * num_m_blocks
+  FastDivisor by_group_pairs;  // group_pairs
+  FastDivisor by_last_pairs;   // the last group's pairs (fewer when groups do not divide num_pairs)
+  FastDivisor by_heads;        // num_heads
 
   // Host side: the L2 group from the K/V bytes of one head.
   static TileScheduler make(int num_m_blocks, int batch, int num_heads, int num_heads_k,
@@ -51,6 +56,11 @@ struct TileScheduler {
     s.group_pairs = static_cast<int>(group);
     s.num_tiles = num_m_blocks * s.num_pairs;
     s.longest_first = longest_first;
+    s.by_group_tiles = FastDivisor::make(s.group_pairs * num_m_blocks);
+    s.by_group_pairs = FastDivisor::make(s.group_pairs);
+    const int last_group = (s.num_pairs - 1) / s.group_pairs;
+    s.by_last_pairs = FastDivisor::make(s.num_pairs - last_group * s.group_pairs);
+    s.by_heads = FastDivisor::make(num_heads);
     return s;
   }
 
@@ -62,16 +72,16 @@ struct TileScheduler {
   // tile in [0, num_tiles): group-major, then query block, then (batch, head) pair.
   TILEATTN_HOST_DEVICE TileCoords coords(int tile) const {
     const int group_tiles = group_pairs * num_m_blocks;
-    const int group = tile / group_tiles;
+    const int group = by_group_tiles.div(tile);
     const int in_group = tile - group * group_tiles;
     const int first_pair = group * group_pairs;
-    const int rest = num_pairs - first_pair;
-    const int pairs = group_pairs < rest ? group_pairs : rest;  // the last group may be short
-    const int m_rank = in_group / pairs;
-    const int pair = first_pair + (in_group - m_rank * pairs);
+    const bool short_group = num_pairs - first_pair < group_pairs;  // the last group may be short
+    const FastDivisor& by_pairs = short_group ? by_last_pairs : by_group_pairs;
+    const int m_rank = by_pairs.div(in_group);
+    const int pair = first_pair + (in_group - m_rank * static_cast<int>(by_pairs.divisor));
     TileCoords c;
     c.m_block = longest_first ? num_m_blocks - 1 - m_rank : m_rank;
-    c.batch = pair / num_heads;
+    c.batch = by_heads.div(pair);
     c.head = pair - c.batch * num_heads;
     return c;
   }
