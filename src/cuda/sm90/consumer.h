@@ -9,8 +9,8 @@
 //     wait PV; release V(j + 1); O *= correction; P = P'
 //   O += P V(first); release V(first)
 //   O /= rowsum; store O and the LSE
-// With a separate O buffer (Traits::kSeparateO) the consumer releases Q (q_empty) as soon as its
-// last S = Q K^T has landed, so the producer's next Q load overlaps this tile's tail.
+// The consumer releases Q (q_empty) as soon as its last S = Q K^T has landed, so the producer's next
+// Q load overlaps this tile's tail (O is staged in its own buffer: epilogue_sm90.h).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -107,19 +107,16 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     clear(acc_o);
 
     // Every tile waits for its q_full phase (no bytes when it has no visible key; producer.h) and
-    // releases Q once: after its last QK^T when O has its own buffer, else in the epilogue, after
-    // O staged over Q has been stored.  (Without the wait on key-less tiles, a consumer could
+    // releases Q once, after its last QK^T.  (Without the wait on key-less tiles, a consumer could
     // complete two q_empty phases before the producer waits on the first: that hung the GPU test
     // on bottom-right causal with Sq > Sk.)
     FullBarrier::wait(&ss.q_full, q_full_parity);
     q_full_parity ^= 1u;
     auto release_q_after_last_qk = [&](int n) __attribute__((always_inline)) {
-      if constexpr (Traits::kSeparateO) {
-        if (n == range.n_block_min) EmptyBarrier::arrive(&ss.q_empty);
-      }
+      if (n == range.n_block_min) EmptyBarrier::arrive(&ss.q_empty);
     };
     if (range.n_block_max <= range.n_block_min) {
-      if constexpr (Traits::kSeparateO) EmptyBarrier::arrive(&ss.q_empty);
+      EmptyBarrier::arrive(&ss.q_empty);
     } else {
       // S = Q K(n)^T with the score transform and, on the blocks at the edges, the mask.
       auto scores_of_block = [&](int n) __attribute__((always_inline)) {
@@ -229,9 +226,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     store_tile_output<Traits>(prm, ss, consumer, tid, tc, seq, lse_rows, seq.seqlen_q - row0, acc_o, lse);
   }
   // The last TMA store must have read its staging buffer before the CTA's shared memory goes away.
-  if constexpr (Traits::kSeparateO) {
-    if (tid == 0) tma_store_wait<0>();
-  }
+  if (tid == 0) tma_store_wait<0>();
 }
 
 }  // namespace tileattn::cuda::sm90

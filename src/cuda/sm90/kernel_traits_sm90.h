@@ -14,14 +14,6 @@
 
 namespace tileattn::cuda::sm90 {
 
-// The O staging buffer of both consumers, or nothing when O reuses the Q buffer.
-template <bool kSeparate, typename Element, int kElems>
-struct OStaging {
-  cute::array_aligned<Element, kElems, 1024> o;
-};
-template <typename Element, int kElems>
-struct OStaging<false, Element, kElems> {};
-
 template <int kHeadDim_, typename Element_>
 struct Sm90Traits {
   using Element = Element_;
@@ -29,7 +21,8 @@ struct Sm90Traits {
   static constexpr Sm90TileConfig kConfig = sm90_tile_config(kHeadDim_);
   static constexpr int kBlockN = kConfig.block_n;
   static constexpr int kStages = kConfig.stages;
-  static constexpr bool kSeparateO = sm90_separate_o(kHeadDim_);
+  static constexpr int kOCols = sm90_o_pass_cols(kHeadDim_);  // head-dim columns of one O store
+  static constexpr int kOPasses = kHeadDim_ / kOCols;
   static constexpr bool kSeqBounds = false;  // sequence_bounds_sm90.h
   static constexpr int kRows = kRowsPerConsumer;  // query rows of one consumer warpgroup
   static constexpr int kConsumers = sm90_consumers(kHeadDim_);
@@ -58,8 +51,17 @@ struct Sm90Traits {
   // Every tile is rows of kHeadDim elements in 8 x 64 atoms with the 128-byte swizzle, the layout
   // both TMA (SWIZZLE_128B) and wgmma descriptors read without bank conflicts.
   using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<Element>;
-  // One consumer's 64 query rows; the Q buffer holds two of them, and O reuses it.
+  // One consumer's 64 query rows; the Q buffer holds two of them.
   using SmemLayoutQHalf = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<Rows, HeadDim>{}));
+  // One consumer's O staging: 64 rows by kOCols columns (all of them up to d128, half at d256).
+  using OCols = cute::Int<kOCols>;
+  using SmemLayoutO = decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<Rows, OCols>{}));
+  // The PV product over kOCols columns: its accumulator's registers are the first kOCols / 8 column
+  // groups of the full one (CuTe's 64 x N wgmma C layout keeps the 8-column group outermost), so a
+  // pass's O fragment is a contiguous slice of the registers.
+  using TiledMmaOPass = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<Rows, OCols, BlockN>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
   using SmemLayoutKV = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<BlockN, HeadDim, cute::Int<kStages>>{}));
   // V as the (D, kBlockN) B operand of P V: the same bytes, modes swapped.
@@ -68,6 +70,7 @@ struct Sm90Traits {
                                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
 
   static constexpr int kQHalfElems = int(cute::cosize(SmemLayoutQHalf{}));
+  static constexpr int kOElems = int(cute::cosize(SmemLayoutO{}));
   static constexpr int kKVElems = int(cute::cosize(SmemLayoutKV{}));
   static constexpr uint32_t kQHalfBytes = kQHalfElems * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
@@ -84,33 +87,28 @@ struct Sm90Traits {
       cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<BlockN, HeadDim>{}, cute::_1{}));
   using TmaO = decltype(cute::make_tma_copy(
       cute::SM90_TMA_STORE{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
-      SmemLayoutQHalf{}, cute::Shape<Rows, HeadDim>{}, cute::_1{}));
+      SmemLayoutO{}, cute::Shape<Rows, OCols>{}, cute::_1{}));
 
   // Registers -> smem for O: stmatrix (8x8 b16 matrices), the wgmma accumulator's natural store.
   using SmemCopyAtomO = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>;
 
   struct SharedStorage {
-    cute::array_aligned<Element, kConsumers * kQHalfElems, 1024> q;  // Q of every consumer (and their O if !kSeparateO)
+    cute::array_aligned<Element, kConsumers * kQHalfElems, 1024> q;  // Q of every consumer
     cute::array_aligned<Element, kKVElems, 1024> k;
     cute::array_aligned<Element, kKVElems, 1024> v;
     uint64_t q_full;            // Q landed (TMA transaction barrier)
-    uint64_t q_empty;           // every consumer is done reading Q (and, if !kSeparateO, storing O over it)
+    uint64_t q_empty;           // every consumer is done reading Q
     uint64_t k_full[kStages];   // K stage landed
     uint64_t k_empty[kStages];  // every consumer thread is done reading K stage
     uint64_t v_full[kStages];
     uint64_t v_empty[kStages];
-    OStaging<kSeparateO, Element, kConsumers * kQHalfElems> o_staging;
+    cute::array_aligned<Element, kConsumers * kOElems, 1024> o;  // O staging of every consumer
   };
 
   // Where consumer c stages its O for the TMA store.
-  __device__ static Element* o_staging(SharedStorage& ss, int consumer) {
-    if constexpr (kSeparateO) {
-      return ss.o_staging.o.data() + consumer * kQHalfElems;
-    } else {
-      return ss.q.data() + consumer * kQHalfElems;
-    }
-  }
+  __device__ static Element* o_staging(SharedStorage& ss, int consumer) { return ss.o.data() + consumer * kOElems; }
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "H100/H200 opt-in shared memory per block");
 };
 
 }  // namespace tileattn::cuda::sm90

@@ -54,7 +54,8 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
                             Shape<BlockN, HeadDim>{}, _1{});
   prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutKV{}),
                             Shape<BlockN, HeadDim>{}, _1{});
-  prm.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutQHalf{}, Shape<Rows, HeadDim>{}, _1{});
+  prm.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{}, Shape<Rows, typename Traits::OCols>{},
+                            _1{});
 
   const int num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t kv_bytes_per_head = 2ll * p.seqlen_k * p.head_dim * static_cast<int64_t>(sizeof(Element));

@@ -50,11 +50,12 @@ constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
   return {64, 2};
 }
 
-// A separate shared-memory buffer for O (192 KB at d128) lets the next tile's Q load as soon as
-// both consumers have issued their last QK^T, instead of after both have stored O over their Q
-// rows.  Measured on the H200 (kernel-only, docs/perf-log.md): d128 8k 630 -> 661 TFLOP/s, 512
-// tokens 377 -> 437, above cuDNN at both.  Its first version hung on tiles with no visible key;
-// every tile now takes part in the Q handshake (producer.h).  d256 has no room (224 KB already).
-constexpr bool sm90_separate_o(int head_dim) { return head_dim <= 128; }
+// O is staged in its own shared-memory buffer, so the next tile's Q can load as soon as both
+// consumers have issued their last QK^T instead of after both have stored O over their Q rows.
+// Measured on the H200 (kernel-only, docs/perf-log.md): d128 8k 630 -> 661 TFLOP/s, 512 tokens
+// 377 -> 437.  Its first version hung on tiles with no visible key; every tile now takes part in the
+// Q handshake (producer.h).  At d256 a whole 64 x 256 half per consumer does not fit next to Q, K
+// and V (192 KB): each consumer stages its O in two passes of 128 columns (32 KB for both).
+constexpr int sm90_o_pass_cols(int head_dim) { return head_dim <= 128 ? head_dim : head_dim / 2; }
 
 }  // namespace tileattn::cuda::sm90
