@@ -1,6 +1,7 @@
 """`python3 -m bench sweep`: every (shape set, causal, head dim, seqlen) x backend x direction, as
 a CSV (bench/results.py's columns), a console table and one PNG per (shape set, direction)."""
 import os
+import statistics
 import time
 
 import torch
@@ -27,6 +28,9 @@ def add_parser(subparsers):
     p.add_argument("--device", default="cuda")
     p.add_argument("--runs", type=int, default=timing.RUNS)
     p.add_argument("--warmup", type=int, default=timing.WARMUP)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="time each case this many times, the backends in rotation, and report the median: on the "
+                        "H200 one pass's points at 512-2k tokens move 10-30%% between sweeps (perf log)")
     p.add_argument("--max-case-s", type=float, default=30.0,
                    help="skip a (case, backend) whose warm-up + timed calls would take longer")
     p.add_argument("--deadline-s", type=float, default=float("inf"),
@@ -52,30 +56,20 @@ def run(args):
     print(f"# {meta['gpu']} | torch {torch.__version__} | {args.dtype} | commit {meta['commit']} | "
           f"median of {args.runs} after {args.warmup} warm-ups | peak {shapes.GEMM_PEAK_TFLOPS:g} TFLOP/s")
     writer = results.CsvWriter(out, meta)
-    limits = Limits(max_case_s=args.max_case_s)
-    progress = Progress(len(cases) * len(chosen), "sweep")
+    progress = Progress(len(cases) * len(chosen) * args.repeat, "sweep")
     start = time.perf_counter()
     try:
         for case in cases:
             if time.perf_counter() - start > args.deadline_s:
                 progress.write(f"# deadline {args.deadline_s:g} s reached: stopped before {case.label()}")
                 break
+            rounds = time_rounds(case, chosen, args, progress)
             cells = {}
-            for backend in chosen:
-                directions = [d for d in args.direction if backends.skip_reason(backend, args.device, d) is None]
-                if directions:
-                    measured = time_backend(backend, case, directions, args.device, DTYPES[args.dtype], limits,
-                                            args.runs, args.warmup)
-                else:
-                    measured = backends.skip_reason(backend, args.device, args.direction[0])
-                if isinstance(measured, str):
-                    progress.write(f"# skip {backend.name}: {case.label()}: {measured}")
-                    measured = {}
-                for direction, ms in measured.items():
-                    tflops, gbps, frac = shapes.rate(case, direction, ms)
-                    writer.add(case, direction, backend.name, ms, tflops, gbps, frac)
-                    cells[direction, backend.name] = tflops
-                progress.step(f"{case.label()} {backend.name}")
+            for (direction, name), values in rounds.items():
+                ms = statistics.median(values)
+                tflops, gbps, frac = shapes.rate(case, direction, ms)
+                writer.add(case, direction, name, ms, tflops, gbps, frac)
+                cells[direction, name] = tflops
             for direction in args.direction:
                 line = "  ".join(f"{b.name} {cells[direction, b.name]:.3g}" for b in chosen
                                  if (direction, b.name) in cells)
@@ -92,6 +86,31 @@ def run(args):
     else:
         for path in plots.sweep_pngs(out, wanted):
             print(f"# wrote {path}")
+
+
+def time_rounds(case, chosen, args, progress):
+    """{(direction, backend name): [ms of each round]}: args.repeat rounds over the backends in turn,
+    so a slow stretch of the GPU lands on every backend alike; a backend skipped once is not retried."""
+    rounds, skipped = {}, set()
+    for _ in range(args.repeat):
+        for backend in chosen:
+            if backend.name in skipped:
+                progress.step(f"{case.label()} {backend.name} (skipped)")
+                continue
+            directions = [d for d in args.direction if backends.skip_reason(backend, args.device, d) is None]
+            if directions:
+                measured = time_backend(backend, case, directions, args.device, DTYPES[args.dtype],
+                                        Limits(max_case_s=args.max_case_s), args.runs, args.warmup)
+            else:
+                measured = backends.skip_reason(backend, args.device, args.direction[0])
+            if isinstance(measured, str):
+                progress.write(f"# skip {backend.name}: {case.label()}: {measured}")
+                skipped.add(backend.name)
+                measured = {}
+            for direction, ms in measured.items():
+                rounds.setdefault((direction, backend.name), []).append(ms)
+            progress.step(f"{case.label()} {backend.name}")
+    return rounds
 
 
 def dry_run(cases, chosen, args):

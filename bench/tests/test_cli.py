@@ -44,6 +44,27 @@ def test_sweep_on_cpu_writes_the_briefs_columns(tmp_path):
     assert float(rows[0]["ms"]) > 0
 
 
+def test_sweep_repeat_reports_each_backends_median_and_tries_a_skip_once(tmp_path, monkeypatch):
+    from bench import sweep
+
+    calls = []
+    times = {"sdpa-math": iter([9.0, 3.0, 1.0]), "sdpa-flash": iter(["refused"])}
+
+    def fake_time_backend(backend, case, directions, *rest):
+        calls.append(backend.name)
+        value = next(times[backend.name])
+        return value if isinstance(value, str) else {"fwd": value}
+
+    monkeypatch.setattr(sweep, "time_backend", fake_time_backend)
+    out = tmp_path / "sweep.csv"
+    cli.main(["sweep", "--device", "cpu", "--dtype", "fp32", "--shapes", "lecture", "--seqlens", "64",
+              "--headdims", "32", "--causal", "yes", "--direction", "fwd", "--repeat", "3",
+              "--backends", "sdpa-math", "sdpa-flash", "--out", str(out), "--plot", "none"])
+    rows = list(csv.DictReader(open(out)))
+    assert [(r["backend"], float(r["ms"])) for r in rows] == [("sdpa-math", 3.0)]
+    assert calls == ["sdpa-math", "sdpa-flash", "sdpa-math", "sdpa-math"]
+
+
 def test_dry_run_times_nothing(capsys):
     cli.main(["sweep", "--dry-run", "--device", "cpu", "--seqlens", "512", "--headdims", "64",
               "--backends", "tileattn", "fa1-triton"])
