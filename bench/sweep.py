@@ -56,6 +56,7 @@ def run(args):
     print(f"# {meta['gpu']} | torch {torch.__version__} | {args.dtype} | commit {meta['commit']} | "
           f"median of {args.runs} after {args.warmup} warm-ups | peak {shapes.GEMM_PEAK_TFLOPS:g} TFLOP/s")
     writer = results.CsvWriter(out, meta)
+    limits = Limits(max_case_s=args.max_case_s)
     progress = Progress(len(cases) * len(chosen) * args.repeat, "sweep")
     start = time.perf_counter()
     try:
@@ -63,7 +64,7 @@ def run(args):
             if time.perf_counter() - start > args.deadline_s:
                 progress.write(f"# deadline {args.deadline_s:g} s reached: stopped before {case.label()}")
                 break
-            rounds = time_rounds(case, chosen, args, progress)
+            rounds = time_rounds(case, chosen, args, limits, progress)
             cells = {}
             for (direction, name), values in rounds.items():
                 ms = statistics.median(values)
@@ -88,7 +89,7 @@ def run(args):
             print(f"# wrote {path}")
 
 
-def time_rounds(case, chosen, args, progress):
+def time_rounds(case, chosen, args, limits, progress):
     """{(direction, backend name): [ms of each round]}: args.repeat rounds over the backends in turn,
     so a slow stretch of the GPU lands on every backend alike; a backend skipped once is not retried."""
     rounds, skipped = {}, set()
@@ -99,8 +100,8 @@ def time_rounds(case, chosen, args, progress):
                 continue
             directions = [d for d in args.direction if backends.skip_reason(backend, args.device, d) is None]
             if directions:
-                measured = time_backend(backend, case, directions, args.device, DTYPES[args.dtype],
-                                        Limits(max_case_s=args.max_case_s), args.runs, args.warmup)
+                measured = time_backend(backend, case, directions, args.device, DTYPES[args.dtype], limits,
+                                        args.runs, args.warmup)
             else:
                 measured = backends.skip_reason(backend, args.device, args.direction[0])
             if isinstance(measured, str):
