@@ -153,8 +153,8 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typena
         lse = f.softmax_lse[lse_offset(f, walk.seq, row, h)] * bwd::kLog2e;
         delta = a.delta[h * a.q_rows + packed_q_row(f, walk.seq, row)];
       }
-      ss.lse_log2[stage.index][r] = lse;
-      ss.delta[stage.index][r] = delta;
+      ss.lse_log2(stage.index, r) = lse;
+      ss.delta(stage.index, r) = delta;
     }
     FullBarrier::arrive(&ss.q_full[stage.index]);
     stage.advance();
@@ -162,7 +162,7 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typena
 }
 
 // Warps 2 and 3 of the producer warpgroup (`writer` 0 and 1, the even and odd steps of the walk):
-// each query block's dQ, once both consumers have written their halves to shared memory, goes to
+// each query block's dQ, once both consumers have written their halves to the writer's buffer, goes to
 // the float32 workspace as one 512-byte bulk reduction per row (rows past seqlen_q are not sent:
 // in a packed batch they would be the next sequence's).  When deterministic, lane 0 waits for the
 // block's turn first and releases it after the reductions have landed, so the consumers never wait
@@ -177,6 +177,7 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Trai
   uint32_t phase = 0;
   for (int step = writer, m = walk.at(step); m >= 0; step += kWriters, m = walk.at(step)) {
     EmptyBarrier::wait(&ss.dq_full[writer], phase);
+    const float* sdq = ss.dq[writer];
     const int m0 = m * Traits::kBlockM;
     const int valid_rows = walk.seq.seqlen_q - m0;
     float* gdq = a.dq_accum + (h * a.q_rows + packed_q_row(f, walk.seq, m0)) * kHeadDim;
@@ -188,7 +189,7 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Trai
       fence_proxy_async_global();  // the reductions come after the acquired turn
     }
     for (int r = lane; r < Traits::kBlockM; r += 32) {
-      if (r < valid_rows) bulk_reduce_add_f32(gdq + r * kHeadDim, ss.dq + r * Traits::kDqPitch, kHeadDim * 4);
+      if (r < valid_rows) bulk_reduce_add_f32(gdq + r * kHeadDim, sdq + r * Traits::kDqPitch, kHeadDim * 4);
     }
     bulk_commit();
     // The consumers may write the next dQ once the copies have read this one; the turn waits for
@@ -362,13 +363,11 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
 
     // P^T = exp2(S^T scale_log2 - LSE), 0 where the mask hides (query, key).
     Tensor p = make_tensor(acc_s.data(), gmma_acc_rowcol_layout(acc_s.layout()));  // (keys, query rows)
-    const float* lse_log2 = ss.lse_log2[stage.index];
-    const float* delta = ss.delta[stage.index];
     const bool masked = range.needs_mask(walk.n_block, Traits::kBlockN);
     CUTE_UNROLL
     for (int c = 0; c < size<1>(p); ++c) {
       const int row = get<1>(coords(0, c));
-      const float lse = lse_log2[row];
+      const float lse = ss.lse_log2(stage.index, row);
       ColumnRange visible{0, 0};
       if (masked) visible = visible_columns(m0 + row, seq.seqlen_q, seq.seqlen_k, f.window_left, f.window_right);
       CUTE_UNROLL
@@ -388,7 +387,7 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     const float keep_scale = kDropout ? 1.f / (1.f - f.dropout_p) : 1.f;
     CUTE_UNROLL
     for (int c = 0; c < size<1>(ds); ++c) {
-      const float d = delta[get<1>(coords(0, c))];
+      const float d = ss.delta(stage.index, get<1>(coords(0, c)));
       CUTE_UNROLL
       for (int r = 0; r < size<0>(ds); ++r) {
         if constexpr (kDropout) {
@@ -417,23 +416,32 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
     named_barrier_sync(kWsDsBarrier, Traits::kConsumerThreads);
     const bool computes_dq = Traits::kDqSplitByColumns || (step & 1) == g;
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<M, DC>{});
-    if (computes_dq) wgmma_issue<true>(mma_dq, tQrdS(_, _, _, buffer), tQrKt, acc_dq);
-    warpgroup_wait<0>();
+    // Each side of the branch waits for every wgmma it has in flight before the two rejoin: with
+    // one wait after the join, ptxas cannot prove the dQ product's accumulators retired on both
+    // paths and serializes every wgmma of the kernel (d64: 24 waits for 24 HGMMAs, no warning;
+    // scripts/wgmma_waits.sh finds it).
+    if (computes_dq) {
+      wgmma_issue<true>(mma_dq, tQrdS(_, _, _, buffer), tQrKt, acc_dq);
+      warpgroup_wait<0>();
+    } else {
+      warpgroup_wait<0>();
+    }
     warpgroup_fence_operand(acc_dv);
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(acc_dq);
     EmptyBarrier::arrive(&ss.q_empty[stage.index]);  // Q, dO, LSE and D of this stage are done with
 
-    // dQ_i (unscaled; the finish kernel applies the softmax scale) -> the writer's buffer, once
-    // its bulk copies of the previous block have read it.
-    // The previous block's writer must have read the buffer; each writer's barriers complete
-    // once per block it takes, so their phase flips every kWriters steps.
-    if (step > 0) EmptyBarrier::wait(&ss.dq_empty[(step - 1) % kWriters], ((step - 1) / kWriters) & 1);
+    // dQ_i (unscaled; the finish kernel applies the softmax scale) -> the buffer of its writer
+    // (step % kWriters), once that writer's bulk copies have read the block kWriters steps back.
+    // Each writer's barriers complete once per block it takes, so their phase flips every kWriters
+    // steps.
+    float* sdq = ss.dq[step % kWriters];
+    if (step >= kWriters) EmptyBarrier::wait(&ss.dq_empty[step % kWriters], (step / kWriters - 1) & 1);
     if (computes_dq) {
       CUTE_UNROLL
       for (int i = 0; i < size(acc_dq); i += 2) {
         const int r = get<0>(cdQ(i)), c = dq_col0 + get<1>(cdQ(i));
-        *reinterpret_cast<float2*>(ss.dq + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
+        *reinterpret_cast<float2*>(sdq + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
       }
     }
     fence_proxy_async_shared();  // generic writes, read next by the TMA unit

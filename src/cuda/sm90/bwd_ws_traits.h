@@ -1,6 +1,6 @@
 // Types of the warp-specialized Hopper backward (bwd_ws_kernel.cuh) for one (head dim, dtype):
 // tiles, shared-memory layouts, the four tiled MMAs, the TMA copy types and the shared storage.
-// Holds no logic.
+// Holds no logic beyond the row statistics' addresses.
 //
 // A CTA owns kBlockN = 128 keys and walks 64-row query blocks.  Warpgroup 0 is the producer (TMA
 // loads of K, V once and of Q, dO per block; a second warp stages the block's LSE and D; a third
@@ -12,7 +12,7 @@
 // computes 64 of dQ's head-dim columns.
 // Per consumer thread at d128: dV and dK 64 floats each, S^T and dP^T 32 each, dQ 32 (after S^T
 // and dP^T are dead): the 240 registers setmaxnreg gives two consumer warpgroups.  At d64: dV, dK
-// and dQ 32 each, S^T and dP^T 32; shared memory about 115 KB instead of 196.
+// and dQ 32 each, S^T and dP^T 32; shared memory about 131 KB instead of the whole 227 KB.
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -95,17 +95,20 @@ struct BwdWsTraits {
       cute::SM90_TMA_STORE{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
       cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<_N, _D>{}, cute::_1{}));
 
-  // dQ staging rows: kHeadDim + 8 floats (544 B at d128), so a warp's 8-byte stores of 8 rows of
-  // the wgmma accumulator land in 4 distinct 32-byte bank groups (the 2-wavefront minimum), and
-  // every row stays 16-byte aligned for its bulk reduction.
-  static constexpr int kDqPitch = kHeadDim + 8;
-  // Deterministic calls: two dQ writer warps take alternate query blocks through the one dQ
-  // buffer.  A deterministic writer holds its block from acquiring the turn until its reductions
-  // have landed (L2 round trips) before it releases the turn; a second writer takes the next block
-  // as soon as the first one's copies have read the buffer, so that wait no longer delays the
-  // consumers.  (A second buffer would need 35 KB more shared memory at d128, which the 227 KB do
-  // not have.)
+  // dQ staging rows: kHeadDim + 4 floats (528 B at d128), so a warp's 8-byte stores of 8 rows of
+  // the wgmma accumulator land in 4-bank steps and each bank takes two of them (the 2-wavefront
+  // minimum for 256 bytes), and every row stays 16-byte aligned for its bulk reduction.  The bulk
+  // reductions read the first kHeadDim floats of a row only: the 4 spare ones hold the row
+  // statistics (below).
+  static constexpr int kDqPitch = kHeadDim + 4;
+  // Two dQ writer warps take alternate query blocks, each with its own staging buffer.  A
+  // deterministic writer holds its block from acquiring the turn until its reductions have landed
+  // (L2 round trips); with one buffer shared by both writers, the consumers waited for the
+  // previous block's copies about a fifth of their time (ncu SASS sampling, d128 8k, 2026-11-30).
+  // With a buffer per writer they wait for the copies of the block two steps back.  The second
+  // buffer (33 KB at d128) fits in the 227 KB only because LSE and D moved into the pad columns.
   static constexpr int kDqWriters = 2;
+  static_assert(kStages <= kDqWriters, "stage s's LSE and D live in dQ buffer s's pad columns");
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
 
@@ -115,16 +118,19 @@ struct BwdWsTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
-    // dQ of one query block on its way to the workspace (a dQ writer warp's bulk reductions):
-    // float32 rows padded to kDqPitch.
-    alignas(128) float dq[kBlockM * kDqPitch];
-    float lse_log2[kStages][kBlockM];  // LSE in log2 units, +inf past seqlen_q
-    float delta[kStages][kBlockM];     // D = rowsum(dO o O), 0 past seqlen_q
+    // dQ of one query block per writer on its way to the workspace (the writer warp's bulk
+    // reductions): float32 rows padded to kDqPitch.  Column kHeadDim of buffer s holds stage s's
+    // LSE in log2 units (+inf past seqlen_q) and column kHeadDim + 1 its D = rowsum(dO o O) (0
+    // past seqlen_q).
+    alignas(128) float dq[kDqWriters][kBlockM * kDqPitch];
     uint64_t kv_full;
     uint64_t q_full[kStages];   // Q, dO landed (TMA bytes) and LSE, D staged (32 loader lanes)
     uint64_t q_empty[kStages];  // every consumer thread is done with the stage
     uint64_t dq_full[kDqWriters];   // both consumers' dQ halves are in `dq` for writer w (256 arrivals)
-    uint64_t dq_empty[kDqWriters];  // writer w's bulk copies have read `dq` (1 arrival)
+    uint64_t dq_empty[kDqWriters];  // writer w's bulk copies have read `dq[w]` (1 arrival)
+
+    __device__ float& lse_log2(int stage, int row) { return dq[stage][row * kDqPitch + kHeadDim]; }
+    __device__ float& delta(int stage, int row) { return dq[stage][row * kDqPitch + kHeadDim + 1]; }
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "H100/H200 opt-in shared memory per block");
