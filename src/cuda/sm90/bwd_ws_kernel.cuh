@@ -99,8 +99,8 @@ struct BwdWalk {
   }
 };
 
-template <typename Traits>
-__device__ __forceinline__ void ws_load_tiles(BwdWsParams<Traits> const& prm, typename Traits::SharedStorage& ss,
+template <typename Traits, typename Storage>
+__device__ __forceinline__ void ws_load_tiles(BwdWsParams<Traits> const& prm, Storage& ss,
                                               const BwdWalk& walk, int b, int h, int head_k) {
   using namespace cute;
   using M = typename Traits::_M;
@@ -138,8 +138,8 @@ __device__ __forceinline__ void ws_load_tiles(BwdWsParams<Traits> const& prm, ty
 
 // Warp 1 of the producer warpgroup: each stage's LSE (log2 units; +inf past seqlen_q, so P is 0
 // there) and D (0 past seqlen_q), then one arrival per lane on the stage's full barrier.
-template <typename Traits>
-__device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typename Traits::SharedStorage& ss,
+template <typename Traits, typename Storage>
+__device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, Storage& ss,
                                                    const BwdWalk& walk, int h) {
   const tileattn_fwd_params& f = a.p.fwd;
   const int lane = threadIdx.x % 32;
@@ -168,8 +168,8 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, typena
 // block's turn first and releases it after the reductions have landed, so the consumers never wait
 // for a turn or for the reductions, and while one writer waits for its reductions to land the
 // other can take the next block.
-template <typename Traits, int kWriters>
-__device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Traits::SharedStorage& ss,
+template <typename Traits, int kWriters, typename Storage>
+__device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, Storage& ss,
                                             const BwdWalk& walk, int b, int h, int writer) {
   const tileattn_fwd_params& f = a.p.fwd;
   const int lane = threadIdx.x % 32;
@@ -189,7 +189,7 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Trai
       fence_proxy_async_global();  // the reductions come after the acquired turn
     }
     for (int r = lane; r < Traits::kBlockM; r += 32) {
-      if (r < valid_rows) bulk_reduce_add_f32(gdq + r * kHeadDim, sdq + r * Traits::kDqPitch, kHeadDim * 4);
+      if (r < valid_rows) bulk_reduce_add_f32(gdq + r * kHeadDim, sdq + r * Storage::kDqPitch, kHeadDim * 4);
     }
     bulk_commit();
     // The consumers may write the next dQ once the copies have read this one; the turn waits for
@@ -213,8 +213,8 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, typename Trai
 // columns past head_dim.  The per-element stores this replaces (2 bytes each, addresses computed
 // per element) took ~1 us a CTA in the FA2-structured kernel, where 16-byte stores fixed it; here
 // the walks at 512 tokens run 8 query blocks, so the epilogue is a large share of a CTA.
-template <typename Traits, typename TiledMma, typename Acc>
-__device__ __forceinline__ void ws_store_dkv_by_tma(BwdWsParams<Traits> const& prm, typename Traits::SharedStorage& ss,
+template <typename Traits, typename Storage, typename TiledMma, typename Acc>
+__device__ __forceinline__ void ws_store_dkv_by_tma(BwdWsParams<Traits> const& prm, Storage& ss,
                                                     TiledMma const& mma_dkv, Acc& acc_dk, Acc const& acc_dv,
                                                     const BwdWalk& walk, int g, int b, int h) {
   using namespace cute;
@@ -280,8 +280,8 @@ __device__ __forceinline__ uint32_t ws_dropout_keep_bits(const tileattn_fwd_para
   return bits;
 }
 
-template <typename Traits, int kWriters, bool kDropout>
-__device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typename Traits::SharedStorage& ss,
+template <typename Traits, int kWriters, bool kDropout, typename Storage>
+__device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, Storage& ss,
                                            const BwdWalk& walk, int first, int g, int b, int h) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -441,7 +441,7 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, typen
       CUTE_UNROLL
       for (int i = 0; i < size(acc_dq); i += 2) {
         const int r = get<0>(cdQ(i)), c = dq_col0 + get<1>(cdQ(i));
-        *reinterpret_cast<float2*>(sdq + r * Traits::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
+        *reinterpret_cast<float2*>(sdq + r * Storage::kDqPitch + c) = make_float2(acc_dq(i), acc_dq(i + 1));
       }
     }
     fence_proxy_async_shared();  // generic writes, read next by the TMA unit
@@ -483,7 +483,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
   static_assert(kWriters >= 1 && kWriters <= Traits::kDqWriters);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
-  auto& ss = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+  auto& ss = *reinterpret_cast<typename Traits::template SharedStorage<kWriters>*>(smem_raw);
   const tileattn_fwd_params& f = prm.a.p.fwd;
   const int b = blockIdx.y, h = blockIdx.z;
   BwdWalk walk{&f, sequence_view(f, b), bwd::key_block_of(blockIdx.x, gridDim.x, prm.a.walk_order), Traits::kBlockM,
@@ -502,7 +502,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
       FullBarrier::init(&ss.q_full[s], 1 + 32);  // the TMA arm and the 32 row-statistics lanes
       EmptyBarrier::init(&ss.q_empty[s], Traits::kConsumerThreads);
     }
-    for (int w = 0; w < Traits::kDqWriters; ++w) {
+    for (int w = 0; w < kWriters; ++w) {
       EmptyBarrier::init(&ss.dq_full[w], Traits::kConsumerThreads);
       EmptyBarrier::init(&ss.dq_empty[w], 1);
     }

@@ -56,7 +56,7 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
 template <typename Traits, int kWriters, bool kDropout>
 void launch_bwd_ws_kernel(const BwdWsParams<Traits>& prm, const tileattn_fwd_params& f, cudaStream_t stream) {
   auto kernel = &bwd_ws_kernel<Traits, kWriters, kDropout>;
-  constexpr int kSmem = Traits::kSmemBytes;
+  constexpr int kSmem = Traits::template kSmemBytes<kWriters>;
   static const cudaError_t opt_in = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   check_cuda(opt_in, "bwd_ws_kernel smem opt-in");
   const dim3 grid((f.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, f.batch, f.num_heads);

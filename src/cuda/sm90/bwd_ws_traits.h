@@ -1,6 +1,6 @@
 // Types of the warp-specialized Hopper backward (bwd_ws_kernel.cuh) for one (head dim, dtype):
 // tiles, shared-memory layouts, the four tiled MMAs, the TMA copy types and the shared storage.
-// Holds no logic beyond the row statistics' addresses.
+// Holds no logic beyond where the row statistics sit.
 //
 // A CTA owns kBlockN = 128 keys and walks 64-row query blocks.  Warpgroup 0 is the producer (TMA
 // loads of K, V once and of Q, dO per block; a second warp stages the block's LSE and D; a third
@@ -12,7 +12,7 @@
 // computes 64 of dQ's head-dim columns.
 // Per consumer thread at d128: dV and dK 64 floats each, S^T and dP^T 32 each, dQ 32 (after S^T
 // and dP^T are dead): the 240 registers setmaxnreg gives two consumer warpgroups.  At d64: dV, dK
-// and dQ 32 each, S^T and dP^T 32; shared memory about 131 KB instead of the whole 227 KB.
+// and dQ 32 each, S^T and dP^T 32; shared memory about 131 KB instead of 227 (two dQ buffers).
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -95,45 +95,57 @@ struct BwdWsTraits {
       cute::SM90_TMA_STORE{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
       cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<_N, _D>{}, cute::_1{}));
 
-  // dQ staging rows: kHeadDim + 4 floats (528 B at d128), so a warp's 8-byte stores of 8 rows of
-  // the wgmma accumulator land in 4-bank steps and each bank takes two of them (the 2-wavefront
-  // minimum for 256 bytes), and every row stays 16-byte aligned for its bulk reduction.  The bulk
-  // reductions read the first kHeadDim floats of a row only: the 4 spare ones hold the row
-  // statistics (below).
-  static constexpr int kDqPitch = kHeadDim + 4;
-  // Two dQ writer warps take alternate query blocks, each with its own staging buffer.  A
-  // deterministic writer holds its block from acquiring the turn until its reductions have landed
-  // (L2 round trips); with one buffer shared by both writers, the consumers waited for the
-  // previous block's copies about a fifth of their time (ncu SASS sampling, d128 8k, 2026-11-30).
-  // With a buffer per writer they wait for the copies of the block two steps back.  The second
-  // buffer (33 KB at d128) fits in the 227 KB only because LSE and D moved into the pad columns.
+  // Deterministic calls: two dQ writer warps take alternate query blocks, each with its own
+  // staging buffer.  A deterministic writer holds its block from acquiring the turn until its
+  // reductions have landed (L2 round trips); with one buffer shared by both writers the consumers
+  // waited for the previous block's copies about a fifth of their time (ncu SASS sampling, d128 8k,
+  // 2026-11-30), and with a buffer per writer the deterministic d128 backward gained 11-16% from
+  // 4k (perf log, session 13).  Atomic calls keep one writer and one buffer (two measured even).
   static constexpr int kDqWriters = 2;
   static_assert(kStages <= kDqWriters, "stage s's LSE and D live in dQ buffer s's pad columns");
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
 
+  // The shared storage of a kernel with kWriters dQ writer warps (1 or 2).
+  template <int kWriters>
   struct SharedStorage {
+    // dQ staging rows.  One buffer: kHeadDim + 8 floats (544 B at d128), so each half-warp's 8-byte
+    // stores of 4 rows of the wgmma accumulator fill all 32 banks once (one wavefront per half-warp)
+    // and every row stays 16-byte aligned for its bulk reduction.  Two buffers of that pitch need
+    // 2 KB more than the 227 KB at d128, so with two the pitch is kHeadDim + 4 (each half-warp's
+    // store takes two wavefronts) and LSE and D move into the pad columns: the bulk reductions read
+    // only the first kHeadDim floats of a row.
+    static constexpr int kDqPitch = kWriters == 1 ? kHeadDim + 8 : kHeadDim + 4;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, 1024> ds;
     // dQ of one query block per writer on its way to the workspace (the writer warp's bulk
-    // reductions): float32 rows padded to kDqPitch.  Column kHeadDim of buffer s holds stage s's
-    // LSE in log2 units (+inf past seqlen_q) and column kHeadDim + 1 its D = rowsum(dO o O) (0
-    // past seqlen_q).
-    alignas(128) float dq[kDqWriters][kBlockM * kDqPitch];
+    // reductions): float32 rows padded to kDqPitch.
+    alignas(128) float dq[kWriters][kBlockM * kDqPitch];
+    // Per stage: LSE in log2 units (+inf past seqlen_q), then D = rowsum(dO o O) (0 past
+    // seqlen_q).  With two buffers: columns kHeadDim and kHeadDim + 1 of buffer `stage` instead.
+    float row_stats[kWriters == 1 ? 2 * kStages * kBlockM : 1];
     uint64_t kv_full;
     uint64_t q_full[kStages];   // Q, dO landed (TMA bytes) and LSE, D staged (32 loader lanes)
     uint64_t q_empty[kStages];  // every consumer thread is done with the stage
-    uint64_t dq_full[kDqWriters];   // both consumers' dQ halves are in `dq` for writer w (256 arrivals)
-    uint64_t dq_empty[kDqWriters];  // writer w's bulk copies have read `dq[w]` (1 arrival)
+    uint64_t dq_full[kWriters];   // both consumers' dQ halves are in `dq[w]` (256 arrivals)
+    uint64_t dq_empty[kWriters];  // writer w's bulk copies have read `dq[w]` (1 arrival)
 
-    __device__ float& lse_log2(int stage, int row) { return dq[stage][row * kDqPitch + kHeadDim]; }
-    __device__ float& delta(int stage, int row) { return dq[stage][row * kDqPitch + kHeadDim + 1]; }
+    __device__ float& lse_log2(int stage, int row) {
+      if constexpr (kWriters == 1) return row_stats[stage * kBlockM + row];
+      else return dq[stage][row * kDqPitch + kHeadDim];
+    }
+    __device__ float& delta(int stage, int row) {
+      if constexpr (kWriters == 1) return row_stats[(kStages + stage) * kBlockM + row];
+      else return dq[stage][row * kDqPitch + kHeadDim + 1];
+    }
   };
-  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
-  static_assert(kSmemBytes <= 227 * 1024, "H100/H200 opt-in shared memory per block");
+  template <int kWriters>
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage<kWriters>));
+  static_assert(kSmemBytes<1> <= 227 * 1024 && kSmemBytes<kDqWriters> <= 227 * 1024,
+                "H100/H200 opt-in shared memory per block");
 };
 
 }  // namespace tileattn::cuda::sm90
