@@ -35,8 +35,10 @@ def memory_skip(backend, case, directions, device, limits):
     return None
 
 
-def time_backend(backend, case, directions, device, dtype, limits, runs=timing.RUNS, warmup=timing.WARMUP):
-    """{direction: ms} for the directions asked, or a string saying why the case was skipped."""
+def time_backend(backend, case, directions, device, dtype, limits, runs=timing.RUNS, warmup=timing.WARMUP,
+                 queue=1):
+    """{direction: ms} for the directions asked, or a string saying why the case was skipped.
+    `queue`: calls per timed sample, issued back to back (timing.median_ms)."""
     reason = memory_skip(backend, case, directions, device, limits)
     if reason:
         return reason
@@ -60,10 +62,10 @@ def time_backend(backend, case, directions, device, dtype, limits, runs=timing.R
         if needs_grad:
             plan.append(("fwdbwd", forward_backward))
         for name, fn in plan:
-            estimate_s = timing.single_call_ms(fn, device) * (runs + warmup) / 1e3
+            estimate_s = timing.single_call_ms(fn, device) * (runs * queue + warmup) / 1e3
             if estimate_s > limits.max_case_s:
                 return f"{name} would take ~{estimate_s:.0f} s (--max-case-s {limits.max_case_s:g})"
-            timed[name] = timing.median_ms(fn, device, runs, warmup)
+            timed[name] = timing.median_ms(fn, device, runs, warmup, queue)
     except torch.cuda.OutOfMemoryError:
         return "out of memory"
     except (RuntimeError, ValueError, NotImplementedError) as error:  # a backend refusing a shape

@@ -28,6 +28,9 @@ def add_parser(subparsers):
     p.add_argument("--device", default="cuda")
     p.add_argument("--runs", type=int, default=timing.RUNS)
     p.add_argument("--warmup", type=int, default=timing.WARMUP)
+    p.add_argument("--queue", type=int, default=1,
+                   help="calls per timed sample, issued back to back (default 1: each call alone, the "
+                        "host's launch cost included; more: the kernels' throughput, for A/Bs)")
     p.add_argument("--repeat", type=int, default=1,
                    help="time each case this many times, the backends in rotation, and report the median: on the "
                         "H200 one pass's points at 512-2k tokens move 10-30%% between sweeps (perf log)")
@@ -54,7 +57,7 @@ def run(args):
         return dry_run(cases, chosen, args)
     meta = dict(gpu=environment.device_name(args.device), date=environment.today(), commit=environment.commit())
     print(f"# {meta['gpu']} | torch {torch.__version__} | {args.dtype} | commit {meta['commit']} | "
-          f"median of {args.runs} after {args.warmup} warm-ups | peak {shapes.GEMM_PEAK_TFLOPS:g} TFLOP/s")
+          f"median of {args.runs} samples of {args.queue} call(s) after {args.warmup} warm-ups | peak {shapes.GEMM_PEAK_TFLOPS:g} TFLOP/s")
     writer = results.CsvWriter(out, meta)
     limits = Limits(max_case_s=args.max_case_s)
     progress = Progress(len(cases) * len(chosen) * args.repeat, "sweep")
@@ -101,7 +104,7 @@ def time_rounds(case, chosen, args, limits, progress):
             directions = [d for d in args.direction if backends.skip_reason(backend, args.device, d) is None]
             if directions:
                 measured = time_backend(backend, case, directions, args.device, DTYPES[args.dtype], limits,
-                                        args.runs, args.warmup)
+                                        args.runs, args.warmup, args.queue)
             else:
                 measured = backends.skip_reason(backend, args.device, args.direction[0])
             if isinstance(measured, str):

@@ -1,5 +1,6 @@
-"""How every number in bench/ is timed: the median of `runs` calls, each between two CUDA events
-(perf_counter on the CPU), after `warmup` untimed calls (the brief's 10 and >= 20)."""
+"""How every number in bench/ is timed: the median of `runs` samples, each between two CUDA events
+(perf_counter on the CPU), after `warmup` untimed calls (the brief's 10 and >= 20).  A sample is one
+call by default; with `queue` > 1 it is that many calls issued back to back, divided by `queue`."""
 import statistics
 import time
 
@@ -14,10 +15,15 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
-def median_ms(fn, device, runs=RUNS, warmup=WARMUP):
-    """Median milliseconds of fn() on `device`.  Each timed call is bracketed by its own events
-    and waited for, so a call's time includes the host's launch cost when the GPU is faster than
-    the host can feed it (short sequences), as a user's eager call would."""
+def median_ms(fn, device, runs=RUNS, warmup=WARMUP, queue=1):
+    """Median milliseconds of fn() on `device`.  With queue=1 each timed call is bracketed by its
+    own events and waited for, so a call's time includes the host's launch cost when the GPU is
+    faster than the host can feed it (short sequences), as a user's eager call would.  With
+    queue=N, N calls go between the two events and the sample is their mean: once the GPU has work
+    queued the host's cost hides behind it, so the figure is the kernels' throughput, which is what
+    an A/B of a kernel change needs (single calls at 512-1k tokens spread by up to 25%)."""
+    if queue < 1:
+        raise ValueError(f"queue must be at least 1, got {queue}")
     for _ in range(warmup):
         fn()
     synchronize(device)
@@ -27,14 +33,16 @@ def median_ms(fn, device, runs=RUNS, warmup=WARMUP):
         if on_cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(queue):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end))
+            times.append(start.elapsed_time(end) / queue)
         else:
             t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
+            for _ in range(queue):
+                fn()
+            times.append((time.perf_counter() - t0) * 1e3 / queue)
     return statistics.median(times)
 
 

@@ -65,6 +65,35 @@ def test_sweep_repeat_reports_each_backends_median_and_tries_a_skip_once(tmp_pat
     assert calls == ["sdpa-math", "sdpa-flash", "sdpa-math", "sdpa-math"]
 
 
+def test_queue_times_back_to_back_calls_and_reports_one_calls_share(monkeypatch):
+    from bench import timing
+
+    calls = []
+    clock = iter([0.0, 0.030, 1.0, 1.060])  # two samples of 3 calls: 30 ms and 60 ms in all
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    ms = timing.median_ms(lambda: calls.append(1), "cpu", runs=2, warmup=1, queue=3)
+    assert len(calls) == 1 + 2 * 3
+    assert ms == pytest.approx((10.0 + 20.0) / 2)
+    with pytest.raises(ValueError, match="queue"):
+        timing.median_ms(lambda: None, "cpu", queue=0)
+
+
+def test_sweep_passes_queue_to_the_timer(tmp_path, monkeypatch):
+    from bench import sweep
+
+    seen = []
+
+    def fake_time_backend(backend, case, directions, device, dtype, limits, runs, warmup, queue):
+        seen.append(queue)
+        return {"fwd": 1.0}
+
+    monkeypatch.setattr(sweep, "time_backend", fake_time_backend)
+    cli.main(["sweep", "--device", "cpu", "--dtype", "fp32", "--shapes", "lecture", "--seqlens", "64",
+              "--headdims", "32", "--causal", "yes", "--direction", "fwd", "--queue", "5",
+              "--backends", "sdpa-math", "--out", str(tmp_path / "s.csv"), "--plot", "none"])
+    assert seen == [5]
+
+
 def test_dry_run_times_nothing(capsys):
     cli.main(["sweep", "--dry-run", "--device", "cpu", "--seqlens", "512", "--headdims", "64",
               "--backends", "tileattn", "fa1-triton"])
