@@ -19,11 +19,10 @@ namespace tileattn::cuda::sm90 {
 
 // The calls it can serve: dense batches (no cu_seqlens, seqused_k), no softcap or ALiBi (dropout
 // has its own kernel), head dims up to 128 (buckets 64 and 128; d <= 64 only when forced) with
-// 16-byte aligned rows.  Under auto from 1024 query rows: each CTA walks its query blocks with one
-// CTA an SM, so fill, drain and the dK, dV epilogue are exposed once per walk.  With dK, dV leaving
-// by TMA (2026-11-30 A/B, H200 bf16, forced against auto): d128 2k +13% (causal +15%), 1k +9%
-// (+4%), 512 even (+10%); d96 2k +15% (+7%), 1k +8% (-3%), 512 +4% (-6%): 512 rows are a wash, so
-// the threshold sits at 1024.  Every other call runs the FA2-structured kernel.
+// 16-byte aligned rows.  Under auto from 512 query rows without a mask and 1024 with one (below):
+// each CTA walks its query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue are
+// exposed once per walk, which short causal walks cannot hide.  Every other call runs the
+// FA2-structured kernel.
 inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   using Mode = bwd::BwdArgs::WarpSpecialized;
   if (a.warp_specialized == Mode::kNever) return false;
@@ -43,14 +42,17 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   if (a.warp_specialized == Mode::kAlways) return true;
   // d <= 64 only when forced: with 64-row query blocks its products are too short next to each
   // block's fixed work, and it measured 0.73-0.86x the FA2-structured kernel's 128 x 128 tiles at
-  // every length, atomic and deterministic (2026-11-30 A/B, H200 bf16, d64 512-8k).
+  // every length, atomic and deterministic (2026-11-30 A/B, H200 bf16, d64 512-8k), and 0.64-0.76x
+  // once its wgmmas were no longer serialized (session 13).
   if (f.head_dim <= 64) return false;
-  // Deterministic calls too: with two dQ writers this kernel's deterministic mode passed the
-  // FA2-structured kernel's from 1k rows (2026-11-30 A/B against main's dispatch, H200 bf16:
-  // d128 1k +10%, 4k +8%, 16k +9%, d96 +7-10%), causal from 4k (+5-10%) but not at 512 or 1k
-  // (d96 0.86 and 0.91, d128 1.00 and 0.96), where the causal walk has few blocks to overlap.
-  const bool causal_short = f.window_right >= 0 && f.seqlen_q < 2048;
-  return f.seqlen_q >= 1024 && !(a.deterministic && causal_short);
+  // Thresholds timed back to back (`bench sweep --queue 10`, 2026-11-30, session 13, H200 bf16 d128,
+  // forced against the FA2-structured kernel, three runs a side within 2%): without a mask it wins
+  // from 512 rows (atomic +8%, deterministic +14%, since each writer has its own dQ buffer); with a
+  // causal mask or a right-bounded window not at 512 rows (atomic 0.96, deterministic 0.99), where
+  // the walks have few blocks to overlap, but from 1024 (deterministic +12%).  Earlier single-call
+  // A/Bs put d96 with d128 (2k +15%, 512 +4% atomic).
+  const bool bounded_right = f.window_right >= 0;
+  return f.seqlen_q >= (bounded_right ? 1024 : 512);
 }
 
 template <typename Traits, int kWriters, bool kDropout>
