@@ -5,12 +5,14 @@
 # Prints, per case and direction, tileattn's TFLOP/s of each run and the median ratio B/A.
 # Usage (repo root): bash scripts/gpu_ab.sh LIB_A LIB_B [python3 -m bench sweep options...]
 #   e.g. bash scripts/gpu_ab.sh /tmp/main.so /tmp/new.so --headdims 128 --seqlens 512 8192 --direction bwd
-# AB_RUNS (default 2) sets how many runs each side gets.
+# AB_RUNS (default 2) sets how many runs each side gets.  Pass `--queue 10` to time calls back to
+# back: runs of one library then agree within ~2% instead of 5-20% (session 13).
 # Writes ab-{a,b}{1,2,...}.csv under ${OUT:-ab-out}.  AB_BACKEND=tileattn-deterministic times the
 # deterministic backward instead of the default tileattn.  AB_ENV_A / AB_ENV_B add environment
 # settings to one side only (e.g. AB_ENV_B=TILEATTN_BACKWARD_WS=1 with the same library twice).
 set -u -o pipefail
-A=$(realpath "$1"); B=$(realpath "$2"); shift 2
+source "$(dirname "$0")/unpack_library.sh"
+A=$(unpack_library "$1"); B=$(unpack_library "$2"); shift 2  # .so, or .so.xz from build_variant.sh
 OUT=${OUT:-ab-out}
 BACKEND=${AB_BACKEND:-tileattn}
 mkdir -p "$OUT"

@@ -6,7 +6,8 @@
 # Every step has a time limit, so a kernel that hangs (a pipeline deadlock) fails its step and the
 # rest still runs; a step's log ends where it hung.
 set -u -o pipefail
-LIB=$(realpath "${1:-build-final2/src/libtileattn.so}")
+source "$(dirname "$0")/unpack_library.sh"
+LIB=$(unpack_library "${1:-build-final2/src/libtileattn.so}")  # a .so, or a .so.xz from build_variant.sh
 WHAT=${2:-all}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
