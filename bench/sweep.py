@@ -57,7 +57,8 @@ def run(args):
         return dry_run(cases, chosen, args)
     meta = dict(gpu=environment.device_name(args.device), date=environment.today(), commit=environment.commit())
     print(f"# {meta['gpu']} | torch {torch.__version__} | {args.dtype} | commit {meta['commit']} | "
-          f"median of {args.runs} samples of {args.queue} call(s) after {args.warmup} warm-ups | peak {shapes.GEMM_PEAK_TFLOPS:g} TFLOP/s")
+          f"median of {args.runs} samples of {args.queue} call(s) after {args.warmup} warm-ups | "
+          f"peak {shapes.GEMM_PEAK_TFLOPS:g} TFLOP/s")
     writer = results.CsvWriter(out, meta)
     limits = Limits(max_case_s=args.max_case_s)
     progress = Progress(len(cases) * len(chosen) * args.repeat, "sweep")

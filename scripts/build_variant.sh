@@ -21,7 +21,9 @@ variants=${TILEATTN_VARIANTS:-$root/variants}
 tree=$variants/$name
 [[ -f $build/CMakeCache.txt ]] || { echo "build_variant: configure and build $build first" >&2; exit 1; }
 command -v ccache >/dev/null || { echo "build_variant: needs ccache (scripts/install_deps.sh)" >&2; exit 1; }
-# ccache rewrites absolute paths under base_dir to relative ones before hashing.
+# ccache rewrites absolute paths under base_dir to relative ones before hashing.  Written to
+# ccache's own configuration, not the environment: the entries this checkout's later builds store
+# must be hashed the same way for a variant to find them.
 ccache -o base_dir="$root" -o compiler_check=content
 [[ -d $tree ]] || git worktree add --detach "$tree" "$rev"
 # The same cache entries: every -D of this build's cache that the project defines.
