@@ -34,8 +34,9 @@ def main():
     runs.append(current)
     # The loop is the innermost one around a largest run: a copy of the same products outside the
     # loop (a peeled first block) is closed only by the tile loop's branch, a longer body.
+    longest = max(map(len, runs))
     best = None
-    for run in (r for r in runs if len(r) == max(map(len, runs))):
+    for run in (r for r in runs if len(r) == longest):
         first = rows[run[0]][0]
         for i in range(run[-1], len(rows)):
             m = BRANCH_TARGET.search(rows[i][2])
@@ -50,6 +51,7 @@ def main():
     body = collections.Counter(op for _, op, _ in rows[best[0]:best[1]])
     print(f"main loop: {best[1] - best[0]} instructions, {body['HGMMA']} HGMMA, {body['R2UR']} R2UR, "
           f"{body['WARPGROUP']} warpgroup arrive/wait, {body['BAR']} named barriers")
+
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 head_dim=${1:-128}
 tree=$(realpath "${2:-.}")
-cutlass=${TILEATTN_CUTLASS_DIR:-/tmp/cutl/cutlass_library/source}
+# CUTLASS where the CUDA build found it (cmake/cutlass.cmake): its -DTILEATTN_CUTLASS_DIR, else
+# the wheel it downloaded into the build folder.
+build=${BUILD_DIR:-build-final2}
+cutlass=${TILEATTN_CUTLASS_DIR:-$(sed -n 's/^TILEATTN_CUTLASS_DIR:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)}
+cutlass=${cutlass:-$build/_deps/cutlass_library/source}
+[[ -f $cutlass/include/cute/tensor.hpp ]] || { echo "sm90_fwd_loop_stats: no CUTLASS at '$cutlass' (configure $build first)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/one.cu" <<CU
