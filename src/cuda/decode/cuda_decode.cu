@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <utility>
 
 #include "api/backends.h"
@@ -40,38 +41,38 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// The cache (units, rows, Hk, D) as the 4-D tensor (D, Hk, rows, units) a TMA box of (D, 1, 16, 1)
-// reads one 16-key chunk of one KV head from.  False when the driver refuses it (strides TMA
-// cannot express): the caller then uses the register kernel.
+// The cache (units, rows, Hk, D) as the 4-D tensor (D, Hk, rows, units) that a TMA box of
+// (64, 1, box_keys, 1) reads one 128-byte column slab of box_keys keys of one KV head from, with the
+// 128-byte swizzle (tma_block_loop.cuh reads the slabs with ldmatrix) and no L2 promotion (a
+// 256-byte promotion of 128-byte rows cost 8-15%, tma_ring.cuh).  False when the driver
+// refuses it (strides TMA cannot express): the caller then uses the register kernel.
 bool encode_cache_map(CUtensorMap* map, const void* base, CUtensorMapDataType dtype, int head_dim, int heads_k,
-                      int64_t rows, int64_t units, int64_t head_stride, int64_t row_stride, int64_t unit_stride) {
+                      int64_t rows, int64_t units, int64_t head_stride, int64_t row_stride, int64_t unit_stride,
+                      int box_keys) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads_k),
                               static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(units)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(head_stride) * 2, static_cast<cuuint64_t>(row_stride) * 2,
                                  static_cast<cuuint64_t>(unit_stride) * 2};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(head_dim), 1, static_cast<cuuint32_t>(cuda::decode::kChunk), 1};
+  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(box_keys), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   return encode(map, dtype, 4, const_cast<void*>(base), dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // Where TMA staging is chosen under TILEATTN_DECODE_FAMILY=auto: calls with the split heuristic
-// (num_splits = 0) that read more than 16 MB of K and V, with caches of at most 8k keys or one
-// sequence's worth of KV heads.  Measured on the H200 (docs/perf-log.md), TMA against registers:
-// short caches 2k-8k +2-17% at every batch (128 x 2k +17%), 1 x 32k +10%; long caches at batch 8-32
-// (8 x 32k, 32 x 128k) -4-6%, where the register kernel's 12 warps an SM stream faster than the
-// TMA kernel's 8; 1 x 2k (8 MB) -4%.  A fixed num_splits promises the same bits at every batch
-// size, so it never switches kernels by size.
+// (num_splits = 0) whose TMA boxes are whole blocks (contiguous caches, pages a multiple of the
+// block: 32 keys at d128).  Measured on the H200 (docs/perf-log.md, session 15, both kernels in one
+// run), TMA against registers: contiguous +4% (1 x 2k) to +20% (128 x 2k), 8 x 32k +6%, 32 x 128k
+// +4%; pages of 256 likewise; pages of 16 (16-key boxes, 8 TMA loads a block) -15% (1 x 32k) to
+// -25% (32 x 32k), so those stay on the register loop.  A fixed num_splits promises the same bits
+// at every batch size, so it never switches kernels by size.
 bool tma_pays_off(const tileattn_kvcache_params& p) {
   if (p.num_splits != 0) return false;
-  const ForwardParams& f = p.fwd;
-  const double kv_bytes = 2.0 * f.batch * static_cast<double>(f.seqlen_k) * f.num_heads_k * f.head_dim * 2;
-  const bool short_cache = f.seqlen_k <= 8192;
-  const bool one_sequence = static_cast<int64_t>(f.batch) * f.num_heads_k <= 8;
-  return kv_bytes > 16e6 && (short_cache || one_sequence);
+  const int block = cuda::decode::tma_block_keys(p.fwd.head_dim);
+  return p.block_table == nullptr || p.page_size % block == 0;
 }
 
 // TMA staging needs compute capability 9.0 (TILEATTN_DECODE_FAMILY=sm80 opts out, sm90 uses it at
@@ -90,10 +91,13 @@ bool setup_tma(cuda::decode::DecodeArgs& args) {
   if (rows <= 0 || units <= 0 || rows > INT32_MAX || units > INT32_MAX) return false;
   const CUtensorMapDataType dtype =
       f.dtype == TILEATTN_FLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  // A block starts at a multiple of its size, so boxes of gcd(block, page) keys stay inside a page.
+  const int block = cuda::decode::tma_block_keys(f.head_dim);
+  args.tma_box_keys = paged ? std::gcd(block, static_cast<int>(p.page_size)) : block;
   return encode_cache_map(&args.tma_k, f.k, dtype, f.head_dim, f.num_heads_k, rows, units, f.k_head_stride,
-                          f.k_row_stride, f.k_batch_stride) &&
+                          f.k_row_stride, f.k_batch_stride, args.tma_box_keys) &&
          encode_cache_map(&args.tma_v, f.v, dtype, f.head_dim, f.num_heads_k, rows, units, f.v_head_stride,
-                          f.v_row_stride, f.v_batch_stride);
+                          f.v_row_stride, f.v_batch_stride, args.tma_box_keys);
 }
 
 }  // namespace

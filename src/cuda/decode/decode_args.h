@@ -21,11 +21,17 @@ constexpr int kThreads = kWarps * 32;
 // More splits than this only add combine work: 128 x 8 KV heads already fills 132 SMs 7 times.
 constexpr int kMaxSplits = 128;
 
+// Keys a warp's TMA block holds (tma_block_loop.cuh): 4 KB of K and 4 KB of V up to d128 (d64 32
+// keys, d128 16), 16 keys (8 KB each) at d256; 16 is the k of P V's m16n8k16.
+TILEATTN_HOST_DEVICE constexpr int tma_block_keys(int head_dim) { return head_dim <= 128 ? 2048 / head_dim : 16; }
+
 struct DecodeArgs {
   // K and V caches as 4-D tensors (head_dim, Hk, rows, units) for TMA, units being cache entries
-  // or pages; set when `tma` (cuda_decode.cu says when).
+  // or pages, read in boxes of (64, 1, tma_box_keys, 1) with the 128-byte swizzle; set when `tma`
+  // (cuda_decode.cu says when).
   CUtensorMap tma_k, tma_v;
   bool tma;
+  int tma_box_keys;  // keys a TMA box covers: the block, or gcd(block, page size) for paged caches
   tileattn_kvcache_params p;  // validated by src/api, softmax_scale resolved
   int group;                  // H / Hk: query heads per KV head
   int rows;                   // group x seqlen_q: query rows that share one KV head

@@ -19,10 +19,10 @@
 
 namespace tileattn::cuda::decode {
 
-// Dynamic shared memory of the split kernel: the TMA stages, or none.
+// Dynamic shared memory of the split kernel: the TMA ring, or none.
 template <typename T, int kD, bool kTma>
 constexpr int split_dynamic_smem() {
-  return kTma ? static_cast<int>(sizeof(TmaStages<T, kD>)) + 128 : 0;  // + 128: the kernel aligns the base
+  return kTma ? static_cast<int>(sizeof(TmaRing<T, kD>)) + 1024 : 0;  // + 1024: the kernel aligns the base
 }
 
 // Resident CTAs of the split kernel over all SMs, which the split heuristic fills.
@@ -82,7 +82,8 @@ void launch_split(DecodeArgs args, cudaStream_t stream) {
   const int resident = prepare_split_kernel<T, kD, kHalves, kTma>();
   constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
   const int64_t ctas = static_cast<int64_t>(f.batch) * args.row_blocks * f.num_heads_k;
-  args.num_splits = choose_num_splits(args.num_splits, ctas, resident, f.seqlen_k);
+  constexpr int step = kTma ? TmaRing<T, kD>::kKeys : kChunk;  // keys a warp takes at a time
+  args.num_splits = choose_num_splits(args.num_splits, ctas, resident, f.seqlen_k, step);
   const dim3 grid(static_cast<unsigned>(f.batch * args.row_blocks), f.num_heads_k, args.num_splits);
   if (args.num_splits == 1) {
     split_kernel<T, kD, kHalves, kTma><<<grid, kThreads, dynamic_smem, stream>>>(args);

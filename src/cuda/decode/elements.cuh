@@ -103,4 +103,20 @@ __device__ __forceinline__ void mma_16816(float (&c)[2], const uint4& a, uint32_
   }
 }
 
+// Four 8x8 matrices of 16-bit elements from shared memory, one row address a lane (lanes 8i..8i+7
+// give matrix i's rows); lane (g, t) receives row g, columns 2t, 2t+1 of each: with rows = keys
+// that is the B fragment of Q K^T.  The .trans form gives rows 2t, 2t+1 of column g instead: the B
+// fragment of P V from V stored key by key.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
 }  // namespace tileattn::cuda::decode

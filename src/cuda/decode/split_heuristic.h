@@ -15,11 +15,12 @@ namespace tileattn::cuda::decode {
 // one split run `resident` at a time, each streaming its keys at a rate set by its bytes in
 // flight, so the call takes about ceil(waves) CTA lifetimes.  Pick the fewest splits whose last
 // wave is at least 90% full (FA2's wave-efficiency rule; 1 x 8 heads at 32k keys: 45 splits, one
-// wave of 360 of the 396 slots), else the fullest, but keep >= 4 chunks of 16 keys (one per
+// wave of 360 of the 396 slots), else the fullest, but keep >= 4 chunks (one per
 // warp) in each split of the longest possible cache.  A split of one chunk a warp waits out one
-// memory latency instead of two: 1 x 2k gets 32 splits instead of 16.
-inline int choose_num_splits(int requested, int64_t ctas, int resident, int seqlen_k) {
-  const int chunks = std::max(1, (seqlen_k + kChunk - 1) / kChunk);
+// memory latency instead of two: 1 x 2k gets 32 splits instead of 16.  `step`: the keys of a
+// chunk (16 for the register loop, the TMA loop's block size for it).
+inline int choose_num_splits(int requested, int64_t ctas, int resident, int seqlen_k, int step = kChunk) {
+  const int chunks = std::max(1, (seqlen_k + step - 1) / step);
   if (requested > 0) return std::min({requested, kMaxSplits, chunks});
   const int useful = std::max(1, std::min(kMaxSplits, chunks / kWarps));
   int best = 1;

@@ -76,4 +76,29 @@ __device__ __forceinline__ void tma_load_4d(const CUtensorMap* map, void* dst, u
 #endif
 }
 
+// The L2 policy the cache's K/V boxes are loaded with: evict_first, for data read once.  On the
+// H200 (docs/perf-log.md, session 15) evict_first with no L2 promotion on the tensor map took the
+// TMA loop from 3.4 to 4.36 TB/s at 8 x 32k; promotion to 256 B or normal eviction left 8-28% on
+// the table (Nsight Compute: a 26% L2 hit rate on a stream read once, the L2 at 92% of its
+// throughput while DRAM was at 82%).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+// tma_load_4d with an L2 eviction policy (l2_evict_first_policy) for the lines it brings in.
+__device__ __forceinline__ void tma_load_4d_hint(const CUtensorMap* map, void* dst, uint64_t* bar, int c0, int c1,
+                                                 int c2, int c3, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4, "
+      "%5, %6}], [%2], %7;" ::"r"(smem_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_address(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+      : "memory");
+#endif
+}
+
 }  // namespace tileattn::cuda::decode

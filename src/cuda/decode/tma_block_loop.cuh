@@ -1,0 +1,220 @@
+// The split kernel's streaming loop with TMA staging (compute capability 9.0): each warp owns a
+// ring of stages, each stage one block of kKeys keys of K and V brought in by TMA in 128-byte
+// swizzled slabs, and reads its operands out of the stage with ldmatrix.
+//
+// What made it fast (docs/perf-log.md, session 15): the boxes are loaded with an L2 evict_first
+// policy and no L2 promotion (tma_ring.cuh), worth 8-28%; next to that the loop is lean: operands
+// come from ldmatrix in the mma fragment order (the first TMA loop used 16-byte shared loads and
+// byte permutes, ~650 SASS instructions a 16-key step), a block every row sees whole skips the
+// masking, and O is rescaled only when a row's running max moved.
+//
+// Stage layout: slab s (dims 64s .. 64s + 63) of a tile is kKeys rows of 128 bytes; the 16-byte
+// column c of key j sits at column c ^ (j % 8) (TMA's 128-byte swizzle), so the 8 rows of one
+// ldmatrix matrix (8 consecutive keys, one column) fall in 8 different bank groups.
+#pragma once
+
+#include <math_constants.h>
+
+#include "cuda/decode/decode_args.h"
+#include "cuda/decode/elements.cuh"
+#include "cuda/decode/softmax_step.cuh"
+#include "cuda/decode/tma_ring.cuh"
+
+namespace tileattn::cuda::decode {
+
+template <typename T, int kD>
+struct TmaRing {
+  static constexpr int kKeys = tma_block_keys(kD);  // d64 32, d128 16, d256 16 keys
+  // 2 stages a warp, 4 warps: 64 KB a CTA and two CTAs an SM up to d128 (so one CTA's start and
+  // end overlap the other's streaming: +2-7% over one CTA with 3 stages of twice the keys,
+  // perf log); d256: 128 KB, one CTA.
+  static constexpr int kStages = 2;
+  static constexpr int kCtasPerSm = kD <= 128 ? 2 : 1;
+  static constexpr int kSlabs = kD / 64;
+  static constexpr int kSlabBytes = kKeys * 128;
+  static constexpr int kTileBytes = kSlabs * kSlabBytes;
+  static constexpr uint32_t kStageBytes = 2 * kTileBytes;  // K and V
+  alignas(1024) unsigned char k[kWarps][kStages][kTileBytes];
+  alignas(1024) unsigned char v[kWarps][kStages][kTileBytes];
+  uint64_t full[kWarps][kStages];
+};
+
+// Where one CTA's blocks are: block b covers cache positions base + b kKeys .. + kKeys - 1 (base
+// aligned to kKeys, so a box of gcd(kKeys, page size) keys never straddles a page), this split's
+// blocks are [begin, end), warp w takes begin + w, begin + w + 4, ...; keys outside [vis_lo, vis_hi]
+// are seen by no row of the CTA and never loaded.
+struct BlockWalk {
+  int base, begin, end, vis_lo, vis_hi, common_lo, common_hi;  // common: keys every row sees
+  int kv_head;
+};
+
+// The page (or cache entry) of cache position pos, and whether it is a page that exists.
+__device__ __forceinline__ int64_t position_unit(const tileattn_kvcache_params& p, const SequenceKeys& seq, int pos,
+                                                 bool& ok) {
+  if (p.block_table == nullptr) {
+    ok = true;
+    return seq.row;
+  }
+  const int64_t unit = p.block_table[seq.row * p.block_table_batch_stride + pos / p.page_size];
+  ok = unit >= 0 && unit < p.num_blocks;
+  return unit;
+}
+
+// Lane 0: request the warp's i-th block into stage i % kStages.  Boxes of args.tma_box_keys keys
+// wholly outside [vis_lo, vis_hi] or on a page that does not exist are skipped (the consumer fills
+// their rows); the barrier expects the bytes of the boxes requested.
+template <typename T, int kD>
+__device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
+                                                  TmaRing<T, kD>* ring, int warp, int i) {
+  using Ring = TmaRing<T, kD>;
+  const int block = w.begin + warp + i * kWarps;
+  if (block >= w.end) return;
+  const int stage = i % Ring::kStages, pos0 = w.base + block * Ring::kKeys, box = args.tma_box_keys;
+  const tileattn_kvcache_params& p = args.p;
+  uint64_t* bar = &ring->full[warp][stage];
+  uint32_t bytes = 0;
+  for (int j = 0; j < Ring::kKeys; j += box) {
+    bool ok;
+    position_unit(p, seq, pos0 + j, ok);
+    if (ok && pos0 + j <= w.vis_hi && pos0 + j + box - 1 >= w.vis_lo) bytes += 2 * Ring::kSlabs * box * 128;
+  }
+  fence_proxy_async();  // the warp's reads (and edge fills) of this stage before TMA rewrites it
+  if (bytes == 0) {
+    mbarrier_arrive(bar);
+    return;
+  }
+  mbarrier_arrive_expect_tx(bar, bytes);
+  for (int j = 0; j < Ring::kKeys; j += box) {
+    bool ok;
+    const int64_t unit = position_unit(p, seq, pos0 + j, ok);
+    if (!ok || pos0 + j > w.vis_hi || pos0 + j + box - 1 < w.vis_lo) continue;
+    const int row = p.block_table ? (pos0 + j) % p.page_size : pos0 + j;
+    const uint64_t policy = l2_evict_first_policy();
+#pragma unroll
+    for (int s = 0; s < Ring::kSlabs; ++s) {
+      const int offset = s * Ring::kSlabBytes + j * 128;
+      tma_load_4d_hint(&args.tma_k, ring->k[warp][stage] + offset, bar, 64 * s, w.kv_head, row, static_cast<int>(unit),
+                       policy);
+      tma_load_4d_hint(&args.tma_v, ring->v[warp][stage] + offset, bar, 64 * s, w.kv_head, row, static_cast<int>(unit),
+                       policy);
+    }
+  }
+}
+
+// Byte offset in a tile of the 16-byte column `col` (of kD / 8) of key `key`.
+template <int kKeys>
+__device__ __forceinline__ uint32_t tile_offset(int key, int col) {
+  return (col / 8) * (kKeys * 128) + key * 128 + (((col % 8) ^ (key % 8)) << 4);
+}
+
+// A block's rows no box brought in: V rows of keys outside [vis_lo, vis_hi] become zero (their P is
+// 0, and stale shared memory could hold NaN, 0 x NaN = NaN); V rows of a page that does not exist
+// become NaN, so the rows of the CTA come out NaN (loud, not out of bounds), as in the register
+// loop.  K rows there stay stale: their scores are masked to -inf by selection.
+template <typename T, int kD>
+__device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
+                                                   unsigned char* v_tile, int pos0, int lane) {
+  using Ring = TmaRing<T, kD>;
+  constexpr int kCols = kD / 8;
+  for (int e = lane; e < Ring::kKeys * kCols; e += 32) {
+    const int key = e / kCols, col = e % kCols, pos = pos0 + key;
+    const int box_start = pos0 + key / args.tma_box_keys * args.tma_box_keys;
+    bool ok;
+    position_unit(args.p, seq, box_start, ok);
+    uint4 fill = make_uint4(kNanPair<T>, kNanPair<T>, kNanPair<T>, kNanPair<T>);
+    if (pos < w.vis_lo || pos > w.vis_hi) {
+      fill = make_uint4(0, 0, 0, 0);
+    } else if (ok) {
+      continue;
+    }
+    *reinterpret_cast<uint4*>(v_tile + tile_offset<Ring::kKeys>(key, col)) = fill;
+  }
+  fence_proxy_async();
+  __syncwarp();
+}
+
+// The warp's blocks: S = Q K^T, the online softmax, O += P V (FA2 eq. 5, softmax_step.cuh).
+// qa: Q's A fragments for the kD / 16 k-steps, dims in natural order.  o[n][e] is O for row
+// g + 8 (e / 2), dim 8n + 2t + (e & 1).
+template <typename T, int kD, int kHalves>
+__device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
+                                               TmaRing<T, kD>* ring, const ScoreRules& rules,
+                                               const uint4 (&qa)[kD / 16], float (&o)[kD / 8][2 * kHalves],
+                                               float (&m)[2], float (&l)[2]) {
+  using Ring = TmaRing<T, kD>;
+  constexpr int kKeys = Ring::kKeys, kC = 2 * kHalves;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+  const int quad = lane / 8, row8 = lane % 8;  // this lane's ldmatrix row: matrix `quad`, row `row8`
+  for (int i = 0;; ++i) {
+    const int block = w.begin + warp + i * kWarps;
+    if (block >= w.end) break;
+    const int stage = i % Ring::kStages, pos0 = w.base + block * kKeys;
+    mbarrier_wait(&ring->full[warp][stage], (i / Ring::kStages) & 1);
+    const bool inside = pos0 >= w.vis_lo && pos0 + kKeys - 1 <= w.vis_hi;
+    if (!inside || args.p.block_table != nullptr) {
+      bool all_pages = true;
+      for (int j = 0; j < kKeys && args.p.block_table; j += args.tma_box_keys) {
+        bool ok;
+        position_unit(args.p, seq, pos0 + j, ok);
+        all_pages = all_pages && ok;
+      }
+      if (!inside || !all_pages) fill_unloaded_rows<T, kD>(args, seq, w, ring->v[warp][stage], pos0, lane);
+    }
+    const uint32_t k_tile = smem_address(ring->k[warp][stage]);
+    const uint32_t v_tile = smem_address(ring->v[warp][stage]);
+
+    // S = Q K^T.  One ldmatrix.x4 per 16 keys and k16 step: matrices (keys +0..7, dims +0..7),
+    // (+0..7, +8..15), (+8..15, +0..7), (+8..15, +8..15) are b0, b1 of key tile 2np and of 2np + 1.
+    float s[kKeys / 8][kC] = {};
+#pragma unroll
+    for (int c = 0; c < kD / 16; ++c) {
+#pragma unroll
+      for (int np = 0; np < kKeys / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_tile + tile_offset<kKeys>(16 * np + 8 * (quad / 2) + row8, 2 * c + quad % 2));
+        mma_16816<T>(s[2 * np], qa[c], b[0], b[1]);
+        mma_16816<T>(s[2 * np + 1], qa[c], b[2], b[3]);
+      }
+    }
+
+    const bool plain = !rules.softcap && !rules.alibi && pos0 >= w.common_lo && pos0 + kKeys - 1 <= w.common_hi;
+    float alpha[2];
+    const float m_old[2] = {m[0], m[1]};
+    softmax_step(s, pos0, t, rules, plain, m, l, alpha);
+    // Rescale O only when some row of the warp has a new max (rare once a row has seen a few
+    // blocks: 16 FMULs a thread a key tile skipped).
+    bool moved = false;
+#pragma unroll
+    for (int k = 0; k < kHalves; ++k) moved = moved || m[k] != m_old[k];
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < kC; ++e) o[n][e] *= alpha[e / 2];
+      }
+    }
+
+    // O += P V, 16 keys a step: P's C fragments of key tiles 2j, 2j + 1 are the A fragment as they
+    // stand; ldmatrix.trans matrices (keys +0..7, dims +0..7), (+8..15, +0..7), (+0..7, +8..15),
+    // (+8..15, +8..15) are b0, b1 of dim tile 2p and of 2p + 1.
+#pragma unroll
+    for (int j = 0; j < kKeys / 16; ++j) {
+      const auto& s0 = s[2 * j];
+      const auto& s1 = s[2 * j + 1];
+      const uint4 pa = kHalves == 2 ? make_uint4(pack2<T>(s0[0], s0[1]), pack2<T>(s0[kC - 2], s0[kC - 1]),
+                                                 pack2<T>(s1[0], s1[1]), pack2<T>(s1[kC - 2], s1[kC - 1]))
+                                    : make_uint4(pack2<T>(s0[0], s0[1]), 0u, pack2<T>(s1[0], s1[1]), 0u);
+#pragma unroll
+      for (int pd = 0; pd < kD / 16; ++pd) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_tile + tile_offset<kKeys>(16 * j + 8 * (quad % 2) + row8, 2 * pd + quad / 2));
+        mma_16816<T>(o[2 * pd], pa, b[0], b[1]);
+        mma_16816<T>(o[2 * pd + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncwarp();  // every lane's ldmatrix of this stage has returned (their values fed the mmas)
+    if (lane == 0) tma_request_block<T, kD>(args, seq, w, ring, warp, i + Ring::kStages);
+  }
+}
+
+}  // namespace tileattn::cuda::decode
