@@ -54,14 +54,19 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_decode.py \
     > "$OUT/sanitize_decode.log" 2>&1 || rc=1
   tail -2 "$OUT/sanitize_decode.log"
-  # Decode on sm90 picks its kernel by size (TMA-staged K/V for short caches or one sequence,
-  # registers elsewhere, none under 16 MB), and the tests' caches are small: the decode tests and
-  # memcheck again with the TMA kernel forced at every size.
+  # Decode on sm90 runs the TMA loop for calls with the split heuristic on contiguous caches or
+  # pages a multiple of its block, the register loop for a fixed num_splits and other page sizes
+  # (cuda_decode.cu): the decode tests and memcheck again with each forced at every call.
   TILEATTN_TEST_DEVICES=cuda TILEATTN_DECODE_FAMILY=sm90 timeout 120 $PYTEST \
     tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$OUT/pytest_decode_tma.log" | tail -2 || rc=1
   TILEATTN_DECODE_FAMILY=sm90 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
     python3 tests/cuda/sanitize_decode.py > "$OUT/sanitize_decode_tma.log" 2>&1 || rc=1
   tail -2 "$OUT/sanitize_decode_tma.log"
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_DECODE_FAMILY=sm80 timeout 120 $PYTEST \
+    tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$OUT/pytest_decode_registers.log" | tail -2 || rc=1
+  TILEATTN_DECODE_FAMILY=sm80 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    python3 tests/cuda/sanitize_decode.py > "$OUT/sanitize_decode_registers.log" 2>&1 || rc=1
+  tail -2 "$OUT/sanitize_decode_registers.log"
 fi
 if [[ $WHAT == all || $WHAT == bench ]]; then
   # The benchmark CLI (bench/__init__.py); one PNG (forward) keeps $OUT within the 8 files that

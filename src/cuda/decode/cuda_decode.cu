@@ -121,8 +121,9 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   args.rows = args.group * f.seqlen_q;
   args.row_blocks = (args.rows + decode::kRows - 1) / decode::kRows;
   args.num_splits = p.num_splits;
-  if (static_cast<int64_t>(f.batch) * args.row_blocks > std::numeric_limits<int32_t>::max()) {
-    throw Error(ErrorCode::kUnsupported, "q", "batch x ceil(H / Hk x seqlen_q / 16) must fit in 2^31 CUDA blocks");
+  if (static_cast<int64_t>(f.batch) * args.row_blocks * f.num_heads_k > std::numeric_limits<int32_t>::max()) {
+    throw Error(ErrorCode::kUnsupported, "q",
+                "batch x KV heads x ceil(H / Hk x seqlen_q / 16) must fit in 2^31 CUDA blocks");
   }
   args.vector_q = vector_aligned(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
   args.vector_k = vector_aligned(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride);

@@ -84,7 +84,7 @@ void launch_split(DecodeArgs args, cudaStream_t stream) {
   const int64_t ctas = static_cast<int64_t>(f.batch) * args.row_blocks * f.num_heads_k;
   constexpr int step = kTma ? TmaRing<T, kD>::kKeys : kChunk;  // keys a warp takes at a time
   args.num_splits = choose_num_splits(args.num_splits, ctas, resident, f.seqlen_k, step);
-  const dim3 grid(static_cast<unsigned>(f.batch * args.row_blocks), f.num_heads_k, args.num_splits);
+  const dim3 grid(static_cast<unsigned>(ctas), args.num_splits);
   if (args.num_splits == 1) {
     split_kernel<T, kD, kHalves, kTma><<<grid, kThreads, dynamic_smem, stream>>>(args);
     check_cuda(cudaGetLastError(), "decode split kernel launch");

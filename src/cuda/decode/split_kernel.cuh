@@ -58,8 +58,11 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   }
   const tileattn_kvcache_params& p = args.p;
   const tileattn_fwd_params& f = p.fwd;
-  const int b = blockIdx.x / args.row_blocks, row0 = blockIdx.x % args.row_blocks * kRows;
-  const int kv_head = blockIdx.y, split = blockIdx.z;
+  // Grid (KV heads x sequences x row blocks, splits), KV head fastest: CTAs launched together read
+  // all heads of the same cache rows, whole 2 KB rows at 8 x d128 instead of a 256-byte slice of
+  // each, which DRAM serves better when the grid runs in several waves (perf log, session 15).
+  const int kv_head = blockIdx.x % f.num_heads_k, bx = blockIdx.x / f.num_heads_k, split = blockIdx.y;
+  const int b = bx / args.row_blocks, row0 = bx % args.row_blocks * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int Sq = f.seqlen_q, D = f.head_dim;
   const int rows_here = min(kRows, args.rows - row0);
