@@ -33,7 +33,6 @@ struct TmaRing {
   static constexpr int kSlabs = kD / 64;
   static constexpr int kSlabBytes = kKeys * 128;
   static constexpr int kTileBytes = kSlabs * kSlabBytes;
-  static constexpr uint32_t kStageBytes = 2 * kTileBytes;  // K and V
   alignas(1024) unsigned char k[kWarps][kStages][kTileBytes];
   alignas(1024) unsigned char v[kWarps][kStages][kTileBytes];
   uint64_t full[kWarps][kStages];
