@@ -64,10 +64,11 @@ bool encode_cache_map(CUtensorMap* map, const void* base, CUtensorMapDataType dt
 
 // Where TMA staging is chosen under TILEATTN_DECODE_FAMILY=auto: calls with the split heuristic
 // (num_splits = 0) whose TMA boxes are whole blocks (contiguous caches, pages a multiple of the
-// block: 32 keys at d128).  Measured on the H200 (docs/perf-log.md, session 15, both kernels in one
-// run), TMA against registers: contiguous +4% (1 x 2k) to +20% (128 x 2k), 8 x 32k +6%, 32 x 128k
-// +4%; pages of 256 likewise; pages of 16 (16-key boxes, 8 TMA loads a block) -15% (1 x 32k) to
-// -25% (32 x 32k), so those stay on the register loop.  A fixed num_splits promises the same bits
+// block: 16 keys at d128 and d256, 32 at d64).  Measured on the H200 (docs/perf-log.md, session
+// 15, both loops in one run), TMA against registers: contiguous +4% (1 x 2k) to +20% (128 x 2k),
+// 8 x 32k +6%, 32 x 128k +4%; pages of 256 likewise; boxes smaller than the block (then pages of 16
+// under 32-key blocks, 8 TMA loads a block) -15% (1 x 32k) to -25% (32 x 32k), so those calls stay
+// on the register loop.  A fixed num_splits promises the same bits
 // at every batch size, so it never switches kernels by size.
 bool tma_pays_off(const tileattn_kvcache_params& p) {
   if (p.num_splits != 0) return false;

@@ -68,6 +68,16 @@ TILEATTN_HOST_DEVICE SequenceKeys sequence_keys(const tileattn_kvcache_params& p
   return s;
 }
 
+// Where one split CTA's blocks are: block c covers cache positions base + c step .. + step - 1
+// (step: 16 keys in the register loop, TmaRing::kKeys in the TMA loop; base aligned to step, so a
+// TMA box of gcd(step, page size) keys never straddles a page), this split's blocks are
+// [begin, end), warp w takes begin + w, begin + w + 4, ...; keys outside [vis_lo, vis_hi] are seen
+// by no row of the CTA and never loaded.
+struct BlockWalk {
+  int base, begin, end, vis_lo, vis_hi, common_lo, common_hi;  // common: keys every row sees
+  int kv_head;
+};
+
 // Element offset of cache position `pos` (head 0) of a sequence, or -1 when its page index is out
 // of range.  Contiguous caches step entries with the batch stride, paged ones step pages.
 TILEATTN_HOST_DEVICE int64_t cache_offset(const tileattn_kvcache_params& p, const SequenceKeys& s,

@@ -21,7 +21,6 @@
 #include "cuda/decode/decode_args.h"
 #include "cuda/decode/elements.cuh"
 #include "cuda/decode/softmax_step.cuh"
-#include "cuda/decode/tma_block_loop.cuh"  // BlockWalk
 
 namespace tileattn::cuda::decode {
 

@@ -19,7 +19,7 @@ namespace tileattn::cuda::decode {
 // warp) in each split of the longest possible cache.  A split of one chunk a warp waits out one
 // memory latency instead of two: 1 x 2k gets 32 splits instead of 16.  `step`: the keys of a
 // chunk (16 for the register loop, the TMA loop's block size for it).
-inline int choose_num_splits(int requested, int64_t ctas, int resident, int seqlen_k, int step = kChunk) {
+inline int choose_num_splits(int requested, int64_t ctas, int resident, int seqlen_k, int step) {
   const int chunks = std::max(1, (seqlen_k + step - 1) / step);
   if (requested > 0) return std::min({requested, kMaxSplits, chunks});
   const int useful = std::max(1, std::min(kMaxSplits, chunks / kWarps));

@@ -38,15 +38,6 @@ struct TmaRing {
   uint64_t full[kWarps][kStages];
 };
 
-// Where one CTA's blocks are: block b covers cache positions base + b kKeys .. + kKeys - 1 (base
-// aligned to kKeys, so a box of gcd(kKeys, page size) keys never straddles a page), this split's
-// blocks are [begin, end), warp w takes begin + w, begin + w + 4, ...; keys outside [vis_lo, vis_hi]
-// are seen by no row of the CTA and never loaded.
-struct BlockWalk {
-  int base, begin, end, vis_lo, vis_hi, common_lo, common_hi;  // common: keys every row sees
-  int kv_head;
-};
-
 // The page (or cache entry) of cache position pos, and whether it is a page that exists.
 __device__ __forceinline__ int64_t position_unit(const tileattn_kvcache_params& p, const SequenceKeys& seq, int pos,
                                                  bool& ok) {
@@ -92,9 +83,9 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
 #pragma unroll
     for (int s = 0; s < Ring::kSlabs; ++s) {
       const int offset = s * Ring::kSlabBytes + j * 128;
-      tma_load_4d_hint(&args.tma_k, ring->k[warp][stage] + offset, bar, 64 * s, w.kv_head, row, static_cast<int>(unit),
+      tma_load_4d(&args.tma_k, ring->k[warp][stage] + offset, bar, 64 * s, w.kv_head, row, static_cast<int>(unit),
                        policy);
-      tma_load_4d_hint(&args.tma_v, ring->v[warp][stage] + offset, bar, 64 * s, w.kv_head, row, static_cast<int>(unit),
+      tma_load_4d(&args.tma_v, ring->v[warp][stage] + offset, bar, 64 * s, w.kv_head, row, static_cast<int>(unit),
                        policy);
     }
   }

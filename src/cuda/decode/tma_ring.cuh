@@ -63,19 +63,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
-// The box at coordinates (c0, c1, c2, c3) (innermost first) of the tensor `map` describes, into
-// shared memory at `dst`, completing `bytes` on `bar`.  Coordinates past the tensor read as zero.
-__device__ __forceinline__ void tma_load_4d(const CUtensorMap* map, void* dst, uint64_t* bar, int c0, int c1, int c2,
-                                            int c3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-      "[%2];" ::"r"(smem_address(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_address(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-#endif
-}
-
 // The L2 policy the cache's K/V boxes are loaded with: evict_first, for data read once.  On the
 // H200 (docs/perf-log.md, session 15) evict_first with no L2 promotion on the tensor map took the
 // TMA loop from 3.4 to 4.36 TB/s at 8 x 32k; promotion to 256 B or normal eviction left 8-28% on
@@ -89,9 +76,11 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   return policy;
 }
 
-// tma_load_4d with an L2 eviction policy (l2_evict_first_policy) for the lines it brings in.
-__device__ __forceinline__ void tma_load_4d_hint(const CUtensorMap* map, void* dst, uint64_t* bar, int c0, int c1,
-                                                 int c2, int c3, uint64_t policy) {
+// The box at coordinates (c0, c1, c2, c3) (innermost first) of the tensor `map` describes, into
+// shared memory at `dst`, completing its bytes on `bar`; the lines it brings into L2 carry
+// `policy` (l2_evict_first_policy).  Coordinates past the tensor read as zero.
+__device__ __forceinline__ void tma_load_4d(const CUtensorMap* map, void* dst, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3, uint64_t policy) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4, "
