@@ -147,6 +147,10 @@ def main():
         # deterministic causal walks up from the diagonal with the grid reversed: 141 key blocks a
         # head, more than the H200's 132 SMs hold at once
         ("causal long d256 s9000", 1, 9000, 9000, 2, 2, 256, bf, dict(causal=True)),
+        # d256 in the column-split warp-specialized kernel (forced, or under auto from 512 rows):
+        # dK, dV by TMA store with ragged last blocks (seqlen_q > seqlen_k), and dropout
+        ("plain d256 sq>sk", 2, 700, 333, 4, 4, 256, bf, {}),
+        ("dropout d256 s600", 1, 600, 600, 2, 2, 256, fp, dict(dropout_p=0.1)),
         # the same walk in the warp-specialized kernel when it is forced (TILEATTN_BACKWARD_WS=1)
         ("causal d128 s600", 2, 600, 600, 4, 4, 128, bf, dict(causal=True)),
     ]

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include <type_traits>  // std::integral_constant
+#include <type_traits>  // std::conditional_t, std::integral_constant
 
 #include <cute/tensor.hpp>
 
@@ -17,9 +17,15 @@
 
 namespace tileattn::cuda::sm90 {
 
+// The key-split layout up to d128, the column-split one at d256.
+template <int kHeadDim, typename Element>
+using BwdWsTraitsFor =
+    std::conditional_t<(kHeadDim <= 128), BwdWsTraits<kHeadDim, Element>, BwdWsColsTraits<kHeadDim, Element>>;
+
 // The calls it can serve: dense batches (no cu_seqlens, seqused_k), no softcap or ALiBi (dropout
-// has its own kernel), head dims up to 128 (buckets 64 and 128; d <= 64 only when forced) with
-// 16-byte aligned rows.  Under auto from 512 query rows without a mask and 1024 with one (below):
+// has its own kernel), head dims up to 256 (buckets 64, 128 and 256; d <= 64 only when forced) with
+// 16-byte aligned rows.  Under auto from 512 query rows without a mask and 1024 with one at d128,
+// from 512 at d256 (below):
 // each CTA walks its query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue are
 // exposed once per walk, which short causal walks cannot hide.  Every other call runs the
 // FA2-structured kernel.
@@ -28,7 +34,7 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   if (a.warp_specialized == Mode::kNever) return false;
   const tileattn_fwd_params& f = a.p.fwd;
   const bool can = f.cu_seqlens_q == nullptr && f.cu_seqlens_k == nullptr && f.seqused_k == nullptr &&
-                   f.softcap == 0.f && f.alibi_slopes == nullptr && f.head_dim <= 128 && a.vector_q &&
+                   f.softcap == 0.f && f.alibi_slopes == nullptr && f.head_dim <= 256 && a.vector_q &&
                    a.vector_k && a.vector_v && a.vector_dout;
   if (!can) return false;
   // TMA descriptors take no dimension of 0 and no stride of 0: an expanded tensor, e.g. the dO of a
@@ -45,6 +51,10 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   // every length, atomic and deterministic (2026-11-30 A/B, H200 bf16, d64 512-8k), and 0.64-0.76x
   // once its wgmmas were no longer serialized (session 13).
   if (f.head_dim <= 64) return false;
+  // d256 (the column-split layout), back to back against the FA2-structured kernel (`--queue 10`,
+  // 2026-11-30, session 16, H200 bf16): 1.29-1.46x atomic and 1.20-1.41x deterministic at 512-16k
+  // tokens without a mask, 1.17-1.45x and 1.15-1.34x causal.  Below 512 rows it is not measured.
+  if (f.head_dim > 128) return f.seqlen_q >= 512;
   // Thresholds timed back to back (`bench sweep --queue 10`, 2026-11-30, session 13, H200 bf16 d128,
   // forced against the FA2-structured kernel, three runs a side within 2%): without a mask it wins
   // from 512 rows (atomic +8%, deterministic +14%, since each writer has its own dQ buffer); with a
@@ -69,7 +79,7 @@ void launch_bwd_ws_kernel(const BwdWsParams<Traits>& prm, const tileattn_fwd_par
 template <int kHeadDim, typename Element>
 void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
   using namespace cute;
-  using Traits = BwdWsTraits<kHeadDim, Element>;
+  using Traits = BwdWsTraitsFor<kHeadDim, Element>;
   const tileattn_fwd_params& f = a.p.fwd;
   BwdWsParams<Traits> prm;
   prm.a = a;

@@ -1,5 +1,6 @@
-// Types of the warp-specialized Hopper backward (bwd_ws_kernel.cuh) for one (head dim, dtype):
-// tiles, shared-memory layouts, the four tiled MMAs, the TMA copy types and the shared storage.
+// Types of the warp-specialized Hopper backward (bwd_ws_kernel.cuh) for one (head dim, dtype) of
+// the key-split layout (d64, d128): tiles, the dS layouts, the tiled MMAs and the shared storage
+// (the Q, dO, K, V tiles and TMA types in bwd_ws_tiles.h).
 // Holds no logic beyond where the row statistics sit.
 //
 // A CTA owns kBlockN = 128 keys and walks 64-row query blocks.  Warpgroup 0 is the producer (TMA
@@ -15,17 +16,19 @@
 // and dQ 32 each, S^T and dP^T 32; shared memory about 131 KB instead of 227 (two dQ buffers).
 #pragma once
 
-#include <cute/arch/copy_sm90_tma.hpp>
-#include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 
 #include "cuda/backward/bwd_config.h"  // kWsBlockM
+#include "cuda/sm90/bwd_ws_tiles.h"
 
 namespace tileattn::cuda::sm90 {
 
 template <int kHeadDim_, typename Element_>
-struct BwdWsTraits {
+struct BwdWsTraits : BwdWsTiles<Element_, bwd::kWsBlockM, 128, kHeadDim_, 2> {
+  using Tiles = BwdWsTiles<Element_, bwd::kWsBlockM, 128, kHeadDim_, 2>;
+  using typename Tiles::SmemLayoutQ;
+  using typename Tiles::SmemLayoutKV;
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = bwd::kWsBlockM;  // query rows per step (64)
@@ -51,16 +54,14 @@ struct BwdWsTraits {
   using _DC = cute::Int<kDqColumns>;
   using _S = cute::Int<kStages>;
 
-  // (rows, head dim) tiles K-major with the 128-byte swizzle: what TMA writes and wgmma reads.
-  using Atom = cute::GMMA::Layout_K_SW128_Atom<Element>;
-  using SmemLayoutQ = decltype(cute::tile_to_shape(Atom{}, cute::Shape<_M, _D, _S>{}));  // Q and dO
-  using SmemLayoutKV = decltype(cute::tile_to_shape(Atom{}, cute::Shape<_N, _D, cute::_1>{}));  // one stage
-  // (head dim, rows) views of the same bytes, the MN-major B operands of dV, dK (dO^T, Q^T) and
-  // of dQ (K^T).
-  using SmemLayoutQt = decltype(cute::composition(
-      SmemLayoutQ{}, cute::make_ordered_layout(cute::Shape<_D, _M, _S>{}, cute::Step<cute::_2, cute::_1, cute::_3>{})));
-  using SmemLayoutKt = decltype(cute::composition(
-      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<_D, _N, cute::_1>{}, cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  // Q and dO share one full and one empty barrier a stage (the column-split d256 layout frees them
+  // one after the other: bwd_ws_cols_traits.h).
+  static constexpr bool kSplitQdO = false;
+  static constexpr bool kColumnSplit = false;  // ws_consume, the keys split between the consumers
+  // Consumer g's part of dK and dV: its 64 keys, every column.
+  using ConsumerDkvTile = cute::Shape<_KC, _D>;
+  __device__ static auto consumer_dkv_coord(int g) { return cute::make_coord(g, cute::_0{}); }
+
   // dS as dQ's A operand: (query rows, keys), the query rows contiguous (MN-major), two buffers so
   // a consumer can write block i + 1's while the other still reads block i's.  dSt: the same bytes
   // as (keys, query rows), the layout each consumer's dS^T registers are stored through.
@@ -81,20 +82,6 @@ struct BwdWsTraits {
       cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<_M, _DC, _N>, cute::GMMA::Major::MN,
                                  cute::GMMA::Major::MN>()));
 
-  // Global tensors as TMA sees them: (rows, head dim, heads, batch), head dim contiguous.
-  using GmemLayout = cute::Layout<cute::Shape<int32_t, int32_t, int32_t, int32_t>,
-                                  cute::Stride<int64_t, cute::_1, int64_t, int64_t>>;
-  using TmaQ = decltype(cute::make_tma_copy(
-      cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
-      cute::take<0, 2>(SmemLayoutQ{}), cute::Shape<_M, _D>{}, cute::_1{}));
-  using TmaKV = decltype(cute::make_tma_copy(
-      cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
-      cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<_N, _D>{}, cute::_1{}));
-  // dK and dV leave as K and V came: one (kBlockN, head dim) box from the K / V tile's bytes.
-  using TmaKVStore = decltype(cute::make_tma_copy(
-      cute::SM90_TMA_STORE{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
-      cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<_N, _D>{}, cute::_1{}));
-
   // Deterministic calls: two dQ writer warps take alternate query blocks, each with its own
   // staging buffer.  A deterministic writer holds its block from acquiring the turn until its
   // reductions have landed (L2 round trips); with one buffer shared by both writers the consumers
@@ -103,8 +90,6 @@ struct BwdWsTraits {
   // 4k (perf log, session 13).  Atomic calls keep one writer and one buffer (two measured even).
   static constexpr int kDqWriters = 2;
   static_assert(kStages <= kDqWriters, "stage s's LSE and D live in dQ buffer s's pad columns");
-  static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
-  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
 
   // The shared storage of a kernel with kWriters dQ writer warps (1 or 2).
   template <int kWriters>
@@ -133,6 +118,7 @@ struct BwdWsTraits {
     uint64_t dq_full[kWriters];   // both consumers' dQ halves are in `dq[w]` (256 arrivals)
     uint64_t dq_empty[kWriters];  // writer w's bulk copies have read `dq[w]` (1 arrival)
 
+    __device__ float* dq_staging(int writer) { return dq[writer]; }
     __device__ float& lse_log2(int stage, int row) {
       if constexpr (kWriters == 1) return row_stats[stage * kBlockM + row];
       else return dq[stage][row * kDqPitch + kHeadDim];
