@@ -19,9 +19,10 @@
 // Shared memory (bytes): K, V 32768 each; Q, dO one stage of 32768 each; P^T and dS^T 8192 each,
 // double-buffered (32768), so a consumer can write block i + 1's while the other still reads block
 // i's; one dQ staging buffer of 64 x 264 floats (67584); row statistics 512: 231936 of the 232448
-// an H100/H200 block may opt in to, so one dQ buffer however many writers.  One Q/dO stage only: a second would need 65536 more.  Q and
-// dO therefore have separate barriers, and each is released as soon as its last product (dK for Q,
-// dV for dO) is done, so the producer's next loads overlap the rest of the block's products.
+// an H100/H200 block may opt in to.  So one dQ buffer however many writers, and one Q/dO stage (a
+// second would need 65536 more): Q and dO have separate barriers, and each is released as soon as
+// its last product (dK for Q, dV for dO) is done, so the producer's next loads overlap the rest of
+// the block's products.
 #pragma once
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
