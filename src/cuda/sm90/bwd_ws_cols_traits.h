@@ -63,7 +63,6 @@ struct BwdWsColsTraits : BwdWsTiles<Element_, bwd::kWsBlockM, 64, kHeadDim_, 1> 
   using _MC = cute::Int<kQueriesPerConsumer>;
   using _D = cute::Int<kHeadDim>;
   using _DC = cute::Int<kColumnsPerConsumer>;
-  using _S = cute::Int<kStages>;
 
   // Consumer g's part of dK and dV: every key, columns 128g .. 128g + 127.
   using ConsumerDkvTile = cute::Shape<_N, _DC>;

@@ -52,7 +52,6 @@ struct BwdWsTraits : BwdWsTiles<Element_, bwd::kWsBlockM, 128, kHeadDim_, 2> {
   using _KC = cute::Int<kKeysPerConsumer>;
   using _D = cute::Int<kHeadDim>;
   using _DC = cute::Int<kDqColumns>;
-  using _S = cute::Int<kStages>;
 
   // Q and dO share one full and one empty barrier a stage (the column-split d256 layout frees them
   // one after the other: bwd_ws_cols_traits.h).
