@@ -54,8 +54,8 @@ struct BwdWsColsTraits : BwdWsTiles<Element_, bwd::kWsBlockM, 64, kHeadDim_, 1> 
   // it passes the turn on; with one writer the next block's reductions waited for that too, and
   // deterministic calls ran at 0.79-0.83x atomic (session 16).  Atomic calls keep one writer.
   static constexpr int kDqWriters = 2;
-  static constexpr bool kSplitQdO = true;
-  static constexpr bool kColumnSplit = true;  // ws_consume_cols
+  // ws_consume_cols; its single Q/dO stage puts Q and dO on barriers of their own (bwd_ws_roles.cuh).
+  static constexpr bool kColumnSplit = true;
   static_assert(kHeadDim == 256, "the head-dim bucket 256");
 
   using _M = cute::Int<kBlockM>;

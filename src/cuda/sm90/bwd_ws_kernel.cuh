@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
     for (int s = 0; s < Traits::kStages; ++s) {
       FullBarrier::init(&ss.q_full[s], 1 + 32);  // the TMA arm and the 32 row-statistics lanes
       EmptyBarrier::init(&ss.q_empty[s], Traits::kConsumerThreads);
-      if constexpr (Traits::kSplitQdO) {
+      if constexpr (Traits::kColumnSplit) {  // Q and dO on barriers of their own
         FullBarrier::init(&ss.do_full[s], 1 + 32);
         EmptyBarrier::init(&ss.do_empty[s], Traits::kConsumerThreads);
       }

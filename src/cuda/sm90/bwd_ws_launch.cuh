@@ -24,11 +24,10 @@ using BwdWsTraitsFor =
 
 // The calls it can serve: dense batches (no cu_seqlens, seqused_k), no softcap or ALiBi (dropout
 // has its own kernel), head dims up to 256 (buckets 64, 128 and 256; d <= 64 only when forced) with
-// 16-byte aligned rows.  Under auto from 512 query rows without a mask and 1024 with one at d128,
-// from 512 at d256 (below):
-// each CTA walks its query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue are
-// exposed once per walk, which short causal walks cannot hide.  Every other call runs the
-// FA2-structured kernel.
+// 16-byte aligned rows.  Under auto (thresholds below) from 512 query rows at d256, and at d65-128
+// from 512 without a mask and 1024 with one: each CTA walks its query blocks with one CTA an SM, so
+// fill, drain and the dK, dV epilogue are exposed once per walk, which short causal walks cannot
+// hide.  Every other call runs the FA2-structured kernel.
 inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   using Mode = bwd::BwdArgs::WarpSpecialized;
   if (a.warp_specialized == Mode::kNever) return false;

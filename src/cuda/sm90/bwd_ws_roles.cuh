@@ -108,7 +108,7 @@ __device__ __forceinline__ void ws_load_tiles(BwdWsParams<Traits> const& prm, St
   StageCounter<Traits::kStages> stage;
   for (int step = 0, m = walk.at(0); m >= 0; m = walk.at(++step)) {
     EmptyBarrier::wait(&ss.q_empty[stage.index], stage.phase ^ 1u);
-    if constexpr (Traits::kSplitQdO) {  // Q and dO each on their own barriers, freed one after the other
+    if constexpr (Traits::kColumnSplit) {  // one stage: Q and dO on their own barriers, freed one after the other
       FullBarrier::arrive_and_expect_tx(&ss.q_full[stage.index], Traits::kQTileBytes);
       copy(prm.tma_q.with(ss.q_full[stage.index]), get<0>(q_parts)(_, m), get<1>(q_parts)(_, stage.index));
       EmptyBarrier::wait(&ss.do_empty[stage.index], stage.phase ^ 1u);
@@ -125,7 +125,7 @@ __device__ __forceinline__ void ws_load_tiles(BwdWsParams<Traits> const& prm, St
 
 // Warp 1 of the producer warpgroup: each stage's LSE (log2 units; +inf past seqlen_q, so P is 0
 // there) and D (0 past seqlen_q), then one arrival per lane on the stage's full barrier (with
-// Traits::kSplitQdO, the LSE goes with Q's barriers and D with dO's).
+// the column-split layout, the LSE goes with Q's barriers and D with dO's).
 template <typename Traits, typename Storage>
 __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, Storage& ss,
                                                    const BwdWalk& walk, int h) {
@@ -138,12 +138,12 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, Storag
       const int row = m * Traits::kBlockM + r;
       const bool valid = row < walk.seq.seqlen_q;
       ss.lse_log2(stage.index, r) = valid ? f.softmax_lse[lse_offset(f, walk.seq, row, h)] * bwd::kLog2e : INFINITY;
-      if constexpr (!Traits::kSplitQdO) {
+      if constexpr (!Traits::kColumnSplit) {
         ss.delta(stage.index, r) = valid ? a.delta[h * a.q_rows + packed_q_row(f, walk.seq, row)] : 0.f;
       }
     }
     FullBarrier::arrive(&ss.q_full[stage.index]);
-    if constexpr (Traits::kSplitQdO) {
+    if constexpr (Traits::kColumnSplit) {
       EmptyBarrier::wait(&ss.do_empty[stage.index], stage.phase ^ 1u);
       for (int r = lane; r < Traits::kBlockM; r += 32) {
         const int row = m * Traits::kBlockM + r;
@@ -177,9 +177,9 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, Storage& ss,
     float* gdq = a.dq_accum + (h * a.q_rows + packed_q_row(f, walk.seq, m0)) * kHeadDim;
     int* counter = nullptr;
     if (a.dq_turns != nullptr) {
-      // The turn first, while the consumers still compute the block: the staging buffer is then
-      // held only for the copies' reads, not for the wait (d256, one writer: deterministic
-      // 0.79-0.83x atomic with the turn taken after dq_full, perf log).
+      // The turn first, while the consumers still compute the block, so the staging buffer is
+      // held for the copies' reads and not for the wait.  Measured level on its own (d256 with one
+      // writer: 0.81x atomic at 8k either way; the second writer is what helped, perf log).
       counter = a.dq_turns + (static_cast<int64_t>(b) * f.num_heads + h) * a.dq_turn_blocks + m;
       if (lane == 0) bwd::poll_for_turn(counter, walk.turn(m));
       __syncwarp();

@@ -53,10 +53,9 @@ struct BwdWsTraits : BwdWsTiles<Element_, bwd::kWsBlockM, 128, kHeadDim_, 2> {
   using _D = cute::Int<kHeadDim>;
   using _DC = cute::Int<kDqColumns>;
 
-  // Q and dO share one full and one empty barrier a stage (the column-split d256 layout frees them
-  // one after the other: bwd_ws_cols_traits.h).
-  static constexpr bool kSplitQdO = false;
-  static constexpr bool kColumnSplit = false;  // ws_consume, the keys split between the consumers
+  // ws_consume, the keys split between the consumers; Q and dO share one full and one empty
+  // barrier a stage (the column-split d256 layout frees them one after the other).
+  static constexpr bool kColumnSplit = false;
   // Consumer g's part of dK and dV: its 64 keys, every column.
   using ConsumerDkvTile = cute::Shape<_KC, _D>;
   __device__ static auto consumer_dkv_coord(int g) { return cute::make_coord(g, cute::_0{}); }
