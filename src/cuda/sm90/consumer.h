@@ -10,7 +10,9 @@
 //   O += P V(first); release V(first)
 //   O /= rowsum; store O and the LSE
 // The consumer releases Q (q_empty) as soon as its last S = Q K^T has landed, so the producer's next
-// Q load overlaps this tile's tail (O is staged in its own buffer: epilogue_sm90.h).
+// Q load overlaps this tile's tail (O is staged in its own buffer: epilogue_sm90.h).  With Q in
+// registers (d128 without score transforms, kernel_traits_sm90.h) it copies its 64 rows into the rs
+// fragment when they land and releases the buffer at once: the next tile's Q loads during this one.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -53,7 +55,8 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
   const ForwardParams& p = prm.args.params;
   const int tid = threadIdx.x % 128;
 
-  typename Traits::TiledMmaQK mma_qk;
+  constexpr bool kQInRegisters = Traits::kQInRegistersUnlessTransformed && !ScorePolicy::kTransforms;
+  typename Traits::template TiledMmaQK<kQInRegisters> mma_qk;
   typename Traits::TiledMmaPV mma_pv;
   auto thr_qk = mma_qk.get_thread_slice(tid);
   auto thr_pv = mma_pv.get_thread_slice(tid);
@@ -63,7 +66,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKV{});
   Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutVt{});
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutKV{});  // (keys, D, stage)
-  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, 1, D / 16) smem descriptors
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, 1, D / 16): smem descriptors or registers
   Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, 1, D / 16, stages)
   Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, 1, kBlockN / 16, stages)
 
@@ -113,11 +116,18 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     FullBarrier::wait(&ss.q_full, q_full_parity);
     q_full_parity ^= 1u;
     auto release_q_after_last_qk = [&](int n) __attribute__((always_inline)) {
-      if (n == range.n_block_min) EmptyBarrier::arrive(&ss.q_empty);
+      if (!kQInRegisters && n == range.n_block_min) EmptyBarrier::arrive(&ss.q_empty);
     };
     if (range.n_block_max <= range.n_block_min) {
       EmptyBarrier::arrive(&ss.q_empty);
     } else {
+      if constexpr (kQInRegisters) {
+        // The arrive orders the ldmatrix reads before the producer's next Q load (release semantics).
+        auto copy_q = make_tiled_copy_A(typename Traits::SmemCopyAtomQ{}, mma_qk);
+        auto thr_copy_q = copy_q.get_thread_slice(tid);
+        copy(copy_q, thr_copy_q.partition_S(sQ), thr_copy_q.retile_D(tSrQ));
+        EmptyBarrier::arrive(&ss.q_empty);
+      }
       // S = Q K(n)^T with the score transform and, on the blocks at the edges, the mask.
       auto scores_of_block = [&](int n) __attribute__((always_inline)) {
         score_policy.apply(scores, coords, row0, n * kBlockN);

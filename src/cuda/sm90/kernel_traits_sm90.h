@@ -39,9 +39,21 @@ struct Sm90Traits {
   using BlockN = cute::Int<kBlockN>;
   using Rows = cute::Int<kRows>;
 
-  // S = Q K^T: both operands K-major in smem (the ss variant), M = 64 rows of one warpgroup.
-  using TiledMmaQK = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<Rows, BlockN, HeadDim>>()));
+  // S = Q K^T, M = 64 rows of one warpgroup, both operands K-major: Q from shared memory (the ss
+  // variant) or from registers loaded once a tile (rs).  At d128 an ss wgmma m64n128k16 reads 2 KB
+  // of A and 4 KB of B from shared memory in its 64 cycles, so with the rs PV products and the TMA
+  // fills of K and V the tensor cores need ~112 of shared memory's 128 bytes a cycle; Q's 32
+  // registers a thread (of 240) take its 2 KB off every QK^T step (~96 bytes a cycle) and free Q's
+  // buffer as soon as it is read: d128 8k-16k +2-3%, 1k-2k +2-4% (perf log).  Only where the
+  // registers are free: not at d64 (a third consumer, 160 registers) nor d256 (128 O floats), and
+  // not with transformed scores, whose kernels spill 600-800 bytes with it (76-368 without).
+  static constexpr bool kQInRegistersUnlessTransformed = kHeadDim_ == 128;
+  template <bool kQInRegisters>
+  using TiledMmaQK = decltype(cute::make_tiled_mma(cute::conditional_return<kQInRegisters>(
+      cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<Rows, BlockN, HeadDim>>(),
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<Rows, BlockN, HeadDim>>())));
+  // Q's shared-memory rows -> its register fragment (the rs A operand): ldmatrix, 8x8 b16 matrices.
+  using SmemCopyAtomQ = cute::Copy_Atom<cute::SM75_U32x4_LDSM_N, Element>;
   // O += P V: P from registers (the rs variant), V read through a transposed view of its
   // row-major smem tile, so the B operand is MN-major (head dim contiguous).
   using TiledMmaPV = decltype(cute::make_tiled_mma(
