@@ -2,10 +2,12 @@
 // arithmetic shared by every warp of a CTA: a slip would skip or repeat a (query block, batch,
 // head) tile, i.e. leave rows of the output unwritten or written twice, silently.  Here every CTA's
 // sequence of tiles is replayed on the host, as the kernels walk it, for the sweep's shapes and odd
-// ones: every tile must run exactly once, and longest-first order must put longer tiles first.
+// ones: every tile must run exactly once, and longest-first order must put longer tiles first; for
+// short causal calls the groups of whole rounds must keep the CTAs' loads balanced.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "cuda/sm90/tile_scheduler.h"
@@ -35,7 +37,7 @@ std::vector<int> visits(const TileScheduler& s, int grid) {
 
 void check_shape(const Shape& shape, bool longest_first, int grid) {
   const TileScheduler s = TileScheduler::make(shape.m_blocks, shape.batch, shape.heads, shape.heads_k,
-                                              shape.kv_bytes_per_head, longest_first);
+                                              shape.kv_bytes_per_head, longest_first, grid);
   SCOPED_TRACE(testing::Message() << "m_blocks " << shape.m_blocks << " batch " << shape.batch << " heads "
                                   << shape.heads << "/" << shape.heads_k << " kv bytes "
                                   << shape.kv_bytes_per_head << " longest_first " << longest_first
@@ -56,7 +58,9 @@ void check_shape(const Shape& shape, bool longest_first, int grid) {
     ASSERT_LT(c.head, shape.heads);
     ++seen[static_cast<size_t>((c.batch * shape.heads + c.head) * shape.m_blocks + c.m_block)];
     if (longest_first) {
-      // Under a causal mask the bottom query blocks see the most keys: they must come first.
+      // Under a causal mask the bottom query blocks see the most keys: they must come first in
+      // each group.
+      if (tile % (s.group_pairs * shape.m_blocks) == 0) previous_m = shape.m_blocks;
       ASSERT_LE(c.m_block, previous_m) << "tile " << tile;
       previous_m = c.m_block;
     }
@@ -84,6 +88,32 @@ TEST(Sm90TileScheduler, EveryTileRunsExactlyOnce) {
     const int tiles = shape.m_blocks * shape.batch * shape.heads;
     for (bool longest_first : {false, true}) {
       for (int grid : {std::min(tiles, kSms), 1, std::min(tiles, 7)}) check_shape(shape, longest_first, grid);
+    }
+  }
+}
+
+// Short causal calls go in groups of two or four rounds (tile_scheduler.h), which must keep the
+// loads of the CTAs even: under a causal mask with square tiles, query block m sees m + 1 key
+// blocks, and a tile costs its key blocks plus one (the prologue and epilogue).
+TEST(Sm90TileScheduler, ShortCausalGroupsKeepTheLoadsEven) {
+  constexpr int kSms = 132;
+  for (int seqlen : {256, 512, 1024, 2048}) {
+    for (int dim : {64, 128, 256}) {
+      const int m_blocks = seqlen / 128, batch = 16384 / seqlen, heads = 2048 / dim;
+      const int grid = std::min(m_blocks * batch * heads, kSms);
+      const TileScheduler s = TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * dim, true, grid);
+      SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " d" << dim);
+      ASSERT_LT(s.group_pairs, s.num_pairs);  // grouped, not the whole-call order
+      std::vector<int> load(static_cast<size_t>(grid), 0);
+      for (int cta = 0; cta < grid; ++cta) {
+        for (int round = 0;; ++round) {
+          const int tile = s.tile_of(round, cta, grid);
+          if (tile >= s.num_tiles) break;
+          load[static_cast<size_t>(cta)] += s.coords(tile).m_block + 2;
+        }
+      }
+      const double mean = std::accumulate(load.begin(), load.end(), 0.0) / grid;
+      EXPECT_LE(*std::max_element(load.begin(), load.end()), 1.05 * mean);
     }
   }
 }

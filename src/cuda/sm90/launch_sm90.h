@@ -61,13 +61,14 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   const int64_t kv_bytes_per_head = 2ll * p.seqlen_k * p.head_dim * static_cast<int64_t>(sizeof(Element));
   // Causal or windowed tiles differ in length: the longest go first.
   const bool uneven = p.window_left >= 0 || p.window_right >= 0;
-  prm.scheduler = TileScheduler::make(num_m_blocks, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven);
+  const int grid = std::min(num_m_blocks * p.batch * p.num_heads, sm_count());
+  prm.scheduler =
+      TileScheduler::make(num_m_blocks, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven, grid);
 
   auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy>;
   constexpr int kSmem = Traits::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(max dynamic shared memory)");
-  const int grid = std::min(prm.scheduler.num_tiles, sm_count());
   kernel<<<grid, Traits::kThreads, kSmem, stream>>>(prm);
   check_cuda(cudaGetLastError(), "sm90 forward kernel launch");
 }

@@ -9,18 +9,26 @@
 // 1.6x (1k tokens) to 2.3x (8k) over; with 6 MB exactly once (Nsight Compute), and back to back
 // every non-causal sweep point ran 0-7% faster (perf log, session 14; 12 MB: about the same,
 // 50 MB: 1-7% slower).
-// Uneven tiles (causal, window) go longest first over the whole call (the bottom query blocks of
-// every head first, they see the most keys); the zigzag then pairs a CTA's long tile of one round
-// with a short one of the next.  A model of the sweep's causal shapes (tile cost = key blocks + 1)
-// gives 97-100% of the ideal balance this way; L2 groups with plain round-robin gave 55-97%
-// (d256 16k causal: 55%, measured 294 TFLOP/s against 405 at 8k).  L2 reuse is expected to hold
-// without groups here (not yet measured): a round covers a few neighbouring query blocks of each
-// head, whose CTAs stream the same K/V blocks at about the same time.
+// Uneven tiles (causal, window) go longest first (the bottom query blocks of a head see the most
+// keys); the zigzag then pairs a CTA's long tile of one round with a short one of the next.  A model
+// of the sweep's causal shapes (tile cost = key blocks + 1) gives 97-100% of the ideal balance over
+// the whole call; L2 groups with plain round-robin gave 55-97% (d256 16k causal: 55%, measured 294
+// TFLOP/s against 405 at 8k).  Over the whole call, though, a short sequence's tiles are spread over
+// all of it (at 512 tokens each of a head's four query blocks a quarter of the call apart), so each
+// reads the head's K/V from HBM again: causal d128 512 took as long as non-causal, K/V read ~2.5x.
+// So with at most kMaxGroupedMBlocks query blocks a head, heads go in groups of exactly two (or
+// four) rounds of tiles, longest first inside each group: a head's tiles run within those rounds,
+// and the zigzag pairs the c-th longest tile of a group with its c-th shortest (their key blocks add
+// up to a constant under a causal mask).  The model: 97-99.6% balance at 512-2k tokens.  Longer
+// sequences keep the whole-call order, where a round covers a few neighbouring query blocks of
+// each head, whose CTAs stream the same K/V blocks at about the same time.
 // Integer arithmetic with its three divisors prepared on the host (common/fast_divisor.h), compiled
 // for the host too: tests/cpp/test_tile_scheduler.cpp checks that every tile runs exactly once.
 #pragma once
 
 #include <stdint.h>
+
+#include <initializer_list>
 
 #include "common/fast_divisor.h"
 #include "common/host_device.h"
@@ -43,9 +51,20 @@ struct TileScheduler {
   FastDivisor by_last_pairs;   // the last group's pairs (fewer when groups do not divide num_pairs)
   FastDivisor by_heads;        // num_heads
 
-  // Host side: the L2 group from the K/V bytes of one head.
+  static constexpr int kMaxGroupedMBlocks = 16;  // 2k tokens at d128 and d256, 3k at d64
+
+  // Pairs in a group of exactly 2 or 4 rounds of `grid` tiles, or 0 when neither divides evenly.
+  static int64_t round_group(int num_m_blocks, int grid) {
+    for (int rounds : {2, 4}) {
+      const int64_t tiles = static_cast<int64_t>(rounds) * grid;
+      if (tiles % num_m_blocks == 0) return tiles / num_m_blocks;
+    }
+    return 0;
+  }
+
+  // Host side: the groups from the K/V bytes of one head (equal tiles) or the grid (uneven tiles).
   static TileScheduler make(int num_m_blocks, int batch, int num_heads, int num_heads_k,
-                            int64_t kv_bytes_per_head, bool longest_first) {
+                            int64_t kv_bytes_per_head, bool longest_first, int grid) {
     TileScheduler s;
     s.num_m_blocks = num_m_blocks;
     s.num_heads = num_heads;
@@ -53,7 +72,11 @@ struct TileScheduler {
     // Query heads sharing a KV head (GQA) share its bytes too.
     const int64_t per_pair = kv_bytes_per_head * num_heads_k / num_heads + 1;
     constexpr int64_t kL2Budget = 6ll << 20;
-    int64_t group = longest_first ? s.num_pairs : kL2Budget / per_pair;
+    int64_t group = kL2Budget / per_pair;
+    if (longest_first) {
+      const int64_t grouped = num_m_blocks <= kMaxGroupedMBlocks ? round_group(num_m_blocks, grid) : 0;
+      group = grouped > 0 ? grouped : s.num_pairs;
+    }
     if (group < 1) group = 1;
     if (group > s.num_pairs) group = s.num_pairs;
     s.group_pairs = static_cast<int>(group);
