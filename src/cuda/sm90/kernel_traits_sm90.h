@@ -45,8 +45,9 @@ struct Sm90Traits {
   // fills of K and V the tensor cores need ~112 of shared memory's 128 bytes a cycle; Q's 32
   // registers a thread (of 240) take its 2 KB off every QK^T step (~96 bytes a cycle) and free Q's
   // buffer as soon as it is read: d128 8k-16k +2-3%, 1k-2k +2-4% (perf log).  Only where the
-  // registers are free: not at d64 (a third consumer, 160 registers) nor d256 (128 O floats), and
-  // not with transformed scores, whose kernels spill 600-800 bytes with it (76-368 without).
+  // registers are free: not at d64 (a third consumer, 160 registers: 96 bytes of spills, 20-28%
+  // slower at every length) nor d256 (128 O floats), and not with transformed scores, whose kernels
+  // spill 600-800 bytes with it (76-368 without).
   static constexpr bool kQInRegistersUnlessTransformed = kHeadDim_ == 128;
   template <bool kQInRegisters>
   using TiledMmaQK = decltype(cute::make_tiled_mma(cute::conditional_return<kQInRegisters>(
