@@ -22,15 +22,22 @@ struct Shape {
   int64_t kv_bytes_per_head;
 };
 
-// Replays the kernels' loop (src/cuda/sm90/producer.h, consumer.h) for each CTA.
+// The tiles CTA `cta` runs, in order: the kernels' loop (src/cuda/sm90/producer.h, consumer.h).
+std::vector<int> tiles_of_cta(const TileScheduler& s, int grid, int cta) {
+  std::vector<int> tiles;
+  for (int round = 0;; ++round) {
+    const int tile = s.tile_of(round, cta, grid);
+    if (tile >= s.num_tiles) break;
+    tiles.push_back(tile);
+  }
+  return tiles;
+}
+
+// How many times each tile runs over all CTAs.
 std::vector<int> visits(const TileScheduler& s, int grid) {
   std::vector<int> count(static_cast<size_t>(s.num_tiles), 0);
   for (int cta = 0; cta < grid; ++cta) {
-    for (int round = 0;; ++round) {
-      const int tile = s.tile_of(round, cta, grid);
-      if (tile >= s.num_tiles) break;
-      ++count[static_cast<size_t>(tile)];
-    }
+    for (int tile : tiles_of_cta(s, grid, cta)) ++count[static_cast<size_t>(tile)];
   }
   return count;
 }
@@ -106,11 +113,7 @@ TEST(Sm90TileScheduler, ShortCausalGroupsKeepTheLoadsEven) {
       ASSERT_LT(s.group_pairs, s.num_pairs);  // grouped, not the whole-call order
       std::vector<int> load(static_cast<size_t>(grid), 0);
       for (int cta = 0; cta < grid; ++cta) {
-        for (int round = 0;; ++round) {
-          const int tile = s.tile_of(round, cta, grid);
-          if (tile >= s.num_tiles) break;
-          load[static_cast<size_t>(cta)] += s.coords(tile).m_block + 2;
-        }
+        for (int tile : tiles_of_cta(s, grid, cta)) load[static_cast<size_t>(cta)] += s.coords(tile).m_block + 2;
       }
       const double mean = std::accumulate(load.begin(), load.end(), 0.0) / grid;
       EXPECT_LE(*std::max_element(load.begin(), load.end()), 1.05 * mean);
