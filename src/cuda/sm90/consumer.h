@@ -26,6 +26,7 @@
 #include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/softmax_sm90.h"
 #include "cuda/sm90/wgmma_gemm.h"
+#include "cuda/sm90/wgmma_wait_order.h"
 
 namespace tileattn::cuda::sm90 {
 
@@ -211,6 +212,9 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
           release_q_after_last_qk(n);
           scores_of_block(n);
           const bool rescale = softmax.score_step(scores, correction);
+          if constexpr (Traits::kSoftmaxBeforePvWait) {
+            hold_wait_after(&ss.softmax_sink[consumer * 128 + tid], softmax.row_sum);  // else ptxas waits first
+          }
           warpgroup_wait<0>();
           warpgroup_fence_operand(acc_o);
           EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);

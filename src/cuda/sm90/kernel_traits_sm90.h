@@ -49,6 +49,12 @@ struct Sm90Traits {
   // slower at every length) nor d256 (128 O floats), and not with transformed scores, whose kernels
   // spill 600-800 bytes with it (76-368 without).
   static constexpr bool kQInRegistersUnlessTransformed = kHeadDim_ == 128;
+  // Whether the consumer loop holds its wait for the PV product until the next block's softmax is
+  // done (wgmma_wait_order.h: ptxas otherwise waits first).  With two consumers, back to back: d256
+  // +2-6% from 1k tokens (8k 653 -> 683 TFLOP/s), d128 +1-3% (3.5% fewer cycles at 8k under Nsight
+  // Compute); with d64's three, where V's stage is free only after three releases, releasing it a
+  // softmax later gained nothing and cost 11% at causal 512 (perf log).
+  static constexpr bool kSoftmaxBeforePvWait = kConsumers == 2;
   template <bool kQInRegisters>
   using TiledMmaQK = decltype(cute::make_tiled_mma(cute::conditional_return<kQInRegisters>(
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<Rows, BlockN, HeadDim>>(),
@@ -116,6 +122,7 @@ struct Sm90Traits {
     uint64_t v_full[kStages];
     uint64_t v_empty[kStages];
     cute::array_aligned<Element, kConsumers * kOElems, 1024> o;  // O staging of every consumer
+    float2 softmax_sink[kSoftmaxBeforePvWait ? kConsumerThreads : 1];  // written, never read
   };
 
   // Where consumer c stages its O for the TMA store.
