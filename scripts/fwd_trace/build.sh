@@ -17,7 +17,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # A copy of the sources with the trace hooks; the compile line is rewritten to read it.
 cp -r src include "$work/"
-(cd "$work" && patch -s -p1 < "$OLDPWD/scripts/fwd_trace/trace.patch")
+(cd "$work" && git apply "$OLDPWD/scripts/fwd_trace/trace.patch")
 root=$(pwd)
 compile=$(cd "$build" && ninja -t commands src/libtileattn.so | grep -m1 -- "-o [^ ]*/$object")
 compile=${compile#/usr/bin/ccache }
