@@ -11,12 +11,13 @@
 // order, and the store cannot issue before its operands exist.
 #pragma once
 
-#include <cute/tensor.hpp>
+#include <cstdint>
 
 namespace tileattn::cuda::sm90 {
 
-// Stores this thread's two row sums (the last values score_step() computes) into its own slot of
-// `sink`, which nothing reads.  Call it right before the warpgroup_wait it must precede.
+// Stores this thread's two row sums (the last values score_step() computes) into `sink_slot`, its
+// own shared-memory slot, which nothing reads.  Call it right before the warpgroup_wait it must
+// precede.
 __device__ __forceinline__ void hold_wait_after(float2* sink_slot, const float (&row_sum)[2]) {
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(sink_slot));
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(address), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
