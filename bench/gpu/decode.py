@@ -7,8 +7,9 @@ view of the same contiguous cache), all in one process.
 
 Metric: GB/s of K and V read, 2 B Hk L d 2 bytes / time; every backend reads each K/V byte once.
 Time: each backend's calls are captured in a CUDA graph (no host launch cost in the number, as in
-a serving loop) over enough copies of the cache that consecutive calls miss L2 (50 MB); median
-per call over several replays.  The anchor shapes are also timed eagerly, one call between two
+a serving loop) over enough copies of the cache that consecutive calls miss L2 (50 MB); the
+backends' graphs are replayed in interleaved rounds, and each gets the median per call over its
+replays (interleaved_ms says why).  The anchor shapes are also timed eagerly, one call between two
 events, as shared/anchors/measure_sdpa.py measured SDPA.
 
     python3 bench/gpu/decode.py [--batches 1 8] [--lengths 32768] [--out file.csv] [--png file.png]
@@ -68,8 +69,8 @@ def calls(layout, q, caches, seqlens):
     return fns
 
 
-def graph_ms(fns, replays=5):
-    """Median time per call of the calls captured in one graph (at least 6 per replay)."""
+def capture(fns):
+    """The calls captured in one CUDA graph, repeated to at least 6 calls a replay: (graph, calls)."""
     repeat = max(1, math.ceil(6 / len(fns)))
     for fn in fns:
         fn()
@@ -85,16 +86,43 @@ def graph_ms(fns, replays=5):
             for fn in fns:
                 fn()
     graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / (repeat * len(fns)))
+    return graph, repeat * len(fns)
+
+
+def replay_ms(graph, calls):
+    """Time per call of one replay."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def graph_ms(fns, replays=5):
+    """Median time per call of the calls captured in one graph."""
+    graph, count = capture(fns)
+    times = [replay_ms(graph, count) for _ in range(replays)]
     del graph
     return statistics.median(times)
+
+
+def interleaved_ms(graphs, rounds=5, replays=2):
+    """Median time per call of each captured layout, timed in rounds that visit every layout in
+    turn, the order rotated by one each round, after one round that is not counted.  Timing each
+    layout to the end before the next put whatever the GPU still did after the previous point on
+    the first layout timed: after a point of 4 GB caches the first layout timed at 128 x 2k ran
+    7-12% slow, whichever it was (cuDNN too), and the others did not (perf log, session 19)."""
+    names = list(graphs)
+    times = {name: [] for name in names}
+    for r in range(rounds + 1):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            for _ in range(replays):
+                ms = replay_ms(*graphs[name])
+                if r > 0:
+                    times[name].append(ms)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main():
@@ -123,23 +151,28 @@ def main():
             caches = make_caches(batch, length, copies)
             q = torch.randn(batch, 1, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
             seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
-            cells = []
+            # The calls stay referenced while their graphs replay: a graph holds the addresses of
+            # what they captured (the random block tables), not the tensors.
+            cells, graphs, eager, captured = [], {}, {}, {}
             for layout in args.layouts:
                 try:
-                    fns = calls(layout, q, caches, seqlens)
-                    ms = graph_ms(fns)
-                    eager = median_ms(fns[0], 20) if (batch, length) in ANCHORS else float("nan")
+                    fns = captured[layout] = calls(layout, q, caches, seqlens)
+                    graphs[layout] = capture(fns)
+                    eager[layout] = median_ms(fns[0], 20) if (batch, length) in ANCHORS else float("nan")
                 except RuntimeError as error:
                     print(f"# {layout} B={batch} L={length}: {str(error).splitlines()[0]}")
-                    ms = eager = float("nan")
+            graph_times = interleaved_ms(graphs) if graphs else {}
+            for layout in args.layouts:
+                ms = graph_times.get(layout, float("nan"))
                 gbs = kv_bytes / ms / 1e6
                 cells.append(gbs)
                 rows.append(dict(gpu=gpu, date=date, commit=commit, layout=layout, batch=batch,
                                  cache_len=length, heads=HEADS, heads_k=HEADS_K, headdim=DIM,
-                                 kv_bytes=kv_bytes, ms_graph=ms, gbs_graph=gbs, ms_eager=eager,
-                                 gbs_eager=kv_bytes / eager / 1e6))
+                                 kv_bytes=kv_bytes, ms_graph=ms, gbs_graph=gbs,
+                                 ms_eager=eager.get(layout, float("nan")),
+                                 gbs_eager=kv_bytes / eager.get(layout, float("nan")) / 1e6))
             print(f"{batch:>4} {length:>7} | " + " ".join(f"{g:>10.0f}" for g in cells), flush=True)
-            del caches
+            del caches, graphs, captured
             torch.cuda.empty_cache()
     print("# eager (one call between events, as the anchors): " + "; ".join(
         f"{r['layout']} B={r['batch']} L={r['cache_len']} {r['gbs_eager']:.0f}"

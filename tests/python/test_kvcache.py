@@ -234,21 +234,28 @@ needs_cuda = pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA ba
 
 
 @needs_cuda
-def test_cuda_bad_indices_give_nan_not_out_of_bounds():
+@pytest.mark.parametrize("splits", [0, 4])
+def test_cuda_bad_indices_give_nan_not_out_of_bounds(splits):
     """The CUDA backend reads no index array on the host.  A sequence whose cache_seqlens
-    overflows the cache gets NaN and no append; a page index out of range reads as NaN."""
-    opts = dict(DEFAULTS, page_size=16, seqlen_new=1)
-    seqlens = torch.tensor([20, 40, 60], dtype=torch.int32)
-    args, slot, _ = make_problem(opts, torch.bfloat16, "cuda", batch=3, capacity=128,
+    overflows the cache gets NaN and no append; a page index out of range reads as NaN, also
+    when it is the only page a split reads (4 splits of 61 keys: one 16-key chunk each, so the
+    last split sees only the bad page) and when every page of the sequence is bad (the
+    key-block loops must not take such a split for one that saw no key, whose weight is 0)."""
+    opts = dict(DEFAULTS, page_size=16, seqlen_new=1, splits=splits)
+    seqlens = torch.tensor([20, 40, 60, 60], dtype=torch.int32)
+    args, slot, _ = make_problem(opts, torch.bfloat16, "cuda", batch=4, capacity=128,
                                  cache_seqlens=seqlens)
     args["cache_seqlens"][1] = 500            # past the 128 slots
     args["block_table"][2, 60 // 16] = 10**6  # a page that does not exist
+    args["block_table"][3, :] = -7            # no page of sequence 3 exists
+    args["block_table"][0, 2:] = -1           # past sequence 0's 21 keys, as vLLM leaves them: fine
     before = args["k_cache"].clone()
     out, lse = tileattn.flash_attn_with_kvcache(**args)
     torch.cuda.synchronize()
     assert not out[0].isnan().any() and torch.isfinite(lse[0]).all()
     assert out[1].isnan().all() and lse[1].isnan().all()
-    assert out[2].isnan().all()
+    assert out[2].isnan().all() and lse[2].isnan().all()
+    assert out[3].isnan().all() and lse[3].isnan().all()
     after, filled = args["k_cache"], ~before.isnan()
     assert torch.equal(after[filled], before[filled]), "a valid cache entry changed"
     written = int((after.isnan() != before.isnan()).sum())

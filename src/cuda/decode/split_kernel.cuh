@@ -159,6 +159,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
 
   float o[kD / 8][kC] = {};
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};  // [1] unused when kHalves = 1
+  bool bad_page = false;  // this warp's blocks touched a page that does not exist
   if constexpr (kTma) {
     // Q's A fragments in registers, dims in natural order (the TMA loop's K comes by ldmatrix).
     const auto& qf = sm.o[0];
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
                          pack2<T>(qf[g][d + 8], qf[g][d + 9]),
                          kHalves == 2 ? pack2<T>(qf[g + 8][d + 8], qf[g + 8][d + 9]) : 0u);
     }
-    tma_block_loop<T, kD, kHalves>(args, seq, walk, ring, rules, qa, o, m, l);
+    tma_block_loop<T, kD, kHalves>(args, seq, walk, ring, rules, qa, o, m, l, bad_page);
   } else {
     for (int e = threadIdx.x; e < kD / 16 * 32; e += kThreads) {
       const int c = e / 32, fl = e % 32, fg = fl / 4, d = 32 * (c / 2) + 8 * (fl % 4) + 4 * (c % 2);
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
                      pack2<T>(qf[fg][d + 2], qf[fg][d + 3]), pack2<T>(qf[fg + 8][d + 2], qf[fg + 8][d + 3]));
     }
     __syncthreads();  // q_frag complete
-    register_loop<T, kD, kHalves>(args, seq, walk, rules, sm.q_frag, o, m, l);
+    register_loop<T, kD, kHalves>(args, seq, walk, rules, sm.q_frag, o, m, l, bad_page);
   }
 
 
@@ -194,7 +195,11 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
     sm.m[warp][g] = m[0], sm.m[warp][g + 8] = m[1];
     sm.l[warp][g] = l[0], sm.l[warp][g + 8] = l[1];
   }
-  __syncthreads();
+  // A page that does not exist makes the CTA's rows NaN, like a sequence whose indices break a
+  // rule.  Its NaN K and V alone would not do it: NaN scores leave a row's max at -inf (fmaxf
+  // drops NaN), so a split that saw only bad pages would pass for one that saw no key, and its
+  // weight in the merge would be 0.
+  const bool valid = seq.ok && !__syncthreads_or(bad_page);
   float own_scale[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -233,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   __syncthreads();
 
   // out = O / l and lse = ln 2 (M + log2 l); a row that saw no key gets 0 and +inf (-inf for a
-  // split's partial, which the combine skips); an invalid sequence gets NaN.  Four dims a thread,
+  // split's partial, which the combine skips); an invalid sequence or a bad page gets NaN.  Four dims a thread,
   // a float4 store into the partials when D % 4 == 0.
   const bool final_output = args.num_splits == 1;
   const int64_t split_rows = static_cast<int64_t>(f.batch) * f.num_heads * Sq;
@@ -245,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int d = d0 + c;  // < kD: kD is a multiple of 64
-      x[c] = !seq.ok ? CUDART_NAN_F : scale == 0.0f ? 0.0f : (sm.o[0][r][d] + sm.o[1][r][d]) * scale;
+      x[c] = !valid ? CUDART_NAN_F : scale == 0.0f ? 0.0f : (sm.o[0][r][d] + sm.o[1][r][d]) * scale;
     }
     if (final_output) {
       T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride;
@@ -270,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
     const int r = threadIdx.x, h = head_of(r), i = qrow_of(r);
     const float sum = sm.row_sum[r];
     const float empty = final_output ? CUDART_INF_F : -CUDART_INF_F;
-    const float lse = !seq.ok ? CUDART_NAN_F : sum == 0.0f ? empty : (sm.row_max[r] + log2f(sum)) * kLn2;
+    const float lse = !valid ? CUDART_NAN_F : sum == 0.0f ? empty : (sm.row_max[r] + log2f(sum)) * kLn2;
     if (final_output) {
       f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse;
     } else {
