@@ -15,20 +15,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-final2}
 [[ -f $build/build.ninja ]] || { echo "decode_trace: build $build first" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp -r src include "$work/"
-(cd "$work" && git apply "$OLDPWD/scripts/decode_trace/trace.patch")
-root=$(pwd)
+source scripts/trace_build_lib.sh
+trace_sources scripts/decode_trace/trace.patch
 cp "$build/src/cuda/libtileattn_cuda.a" "$work/cuda.a"
 for object in cuda_decode.cu.o decode_bf16.cu.o decode_fp16.cu.o; do
-  compile=$(cd "$build" && ninja -t commands src/libtileattn.so | grep -m1 -- "-o [^ ]*/decode/$object")
-  compile=${compile#/usr/bin/ccache }
-  compile=${compile//-I$root\/include/-I$work\/include}
-  compile=${compile//-I$root\/src /-I$work\/src }
-  compile=${compile//$root\/src\/cuda\/decode/$work\/src\/cuda\/decode}
-  compile=$(sed -E "s@-o [^ ]*/$object@-o $work/$object@; s@ -MD -MT [^ ]+ -MF [^ ]+@@" <<< "$compile")
-  (cd "$build" && eval "$compile")
+  trace_compile "$object"
   ar r "$work/cuda.a" "$work/$object"
 done
 link=$(cd "$build" && ninja -t commands src/libtileattn.so | tail -1)

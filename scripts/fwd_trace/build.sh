@@ -13,18 +13,9 @@ head_dim=${1:-128}
 build=${BUILD_DIR:-build-final2}
 object=fwd_sm90_bf16_hdim$head_dim.cu.o
 [[ -f $build/build.ninja ]] || { echo "fwd_trace: build $build first" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-# A copy of the sources with the trace hooks; the compile line is rewritten to read it.
-cp -r src include "$work/"
-(cd "$work" && git apply "$OLDPWD/scripts/fwd_trace/trace.patch")
-root=$(pwd)
-compile=$(cd "$build" && ninja -t commands src/libtileattn.so | grep -m1 -- "-o [^ ]*/$object")
-compile=${compile#/usr/bin/ccache }
-compile=${compile//-I$root\/include/-I$work\/include}
-compile=${compile//-I$root\/src /-I$work\/src }
-compile=$(sed -E "s@-o [^ ]*/$object@-o $work/$object -DTILEATTN_FWD_TRACE@" <<< "$compile")
-(cd "$build" && eval "$compile")
+source scripts/trace_build_lib.sh
+trace_sources scripts/fwd_trace/trace.patch
+trace_compile "$object" -DTILEATTN_FWD_TRACE
 cp "$build/src/cuda/libtileattn_cuda_sm90.a" "$work/sm90.a"
 ar r "$work/sm90.a" "$work/$object"
 # The same link, with the traced archive and the trace's reader exported (--exclude-libs would hide it).
