@@ -238,8 +238,8 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   __syncthreads();
 
   // out = O / l and lse = ln 2 (M + log2 l); a row that saw no key gets 0 and +inf (-inf for a
-  // split's partial, which the combine skips); an invalid sequence or a bad page gets NaN.  Four dims a thread,
-  // a float4 store into the partials when D % 4 == 0.
+  // split's partial, which the combine skips); an invalid sequence or a bad page gets NaN.  Four
+  // dims a thread, a float4 store into the partials when D % 4 == 0.
   const bool final_output = args.num_splits == 1;
   const int64_t split_rows = static_cast<int64_t>(f.batch) * f.num_heads * Sq;
   const int quads = (D + 3) / 4;
