@@ -25,13 +25,11 @@
 namespace tileattn::cuda::decode {
 
 // o[j][e] is O for row g + 8 (e / 2), dim 64 (j / 8) + 8 (2t + (e & 1)) + j % 8 (the V vector order
-// above).  q_frag: Q's A fragments [k16 step][lane] in the K vector order above.  bad_page_seen is
-// set when a chunk lies on a page that does not exist.
+// above).  q_frag: Q's A fragments [k16 step][lane] in the K vector order above.
 template <typename T, int kD, int kHalves>
 __device__ __forceinline__ void register_loop(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
                                               const ScoreRules& rules, const uint4 (&q_frag)[kD / 16][32],
-                                              float (&o)[kD / 8][2 * kHalves], float (&m)[2], float (&l)[2],
-                                              bool& bad_page_seen) {
+                                              float (&o)[kD / 8][2 * kHalves], float (&m)[2], float (&l)[2]) {
   constexpr bool kLateV = kD > 128;
   constexpr int kC = 2 * kHalves;
   const tileattn_kvcache_params& p = args.p;
@@ -55,7 +53,6 @@ __device__ __forceinline__ void register_loop(const DecodeArgs& args, const Sequ
     if (chunk + 2 * kWarps < w.end) later_unit = chunk_unit(chunk + 2 * kWarps);
     const int pos0 = w.base + chunk * kChunk;
     const bool bad_page = p.block_table && (unit < 0 || unit >= p.num_blocks);
-    bad_page_seen = bad_page_seen || bad_page;
     const int64_t slot0 = p.block_table ? pos0 % p.page_size : pos0;
     const T* k_chunk = k_head + (bad_page ? 0 : unit) * f.k_batch_stride + slot0 * f.k_row_stride;
     const T* v_chunk = v_head + (bad_page ? 0 : unit) * f.v_batch_stride + slot0 * f.v_row_stride;

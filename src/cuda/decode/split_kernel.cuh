@@ -159,7 +159,6 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
 
   float o[kD / 8][kC] = {};
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};  // [1] unused when kHalves = 1
-  bool bad_page = false;  // this warp's blocks touched a page that does not exist
   if constexpr (kTma) {
     // Q's A fragments in registers, dims in natural order (the TMA loop's K comes by ldmatrix).
     const auto& qf = sm.o[0];
@@ -171,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
                          pack2<T>(qf[g][d + 8], qf[g][d + 9]),
                          kHalves == 2 ? pack2<T>(qf[g + 8][d + 8], qf[g + 8][d + 9]) : 0u);
     }
-    tma_block_loop<T, kD, kHalves>(args, seq, walk, ring, rules, qa, o, m, l, bad_page);
+    tma_block_loop<T, kD, kHalves>(args, seq, walk, ring, rules, qa, o, m, l);
   } else {
     for (int e = threadIdx.x; e < kD / 16 * 32; e += kThreads) {
       const int c = e / 32, fl = e % 32, fg = fl / 4, d = 32 * (c / 2) + 8 * (fl % 4) + 4 * (c % 2);
@@ -181,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
                      pack2<T>(qf[fg][d + 2], qf[fg][d + 3]), pack2<T>(qf[fg + 8][d + 2], qf[fg + 8][d + 3]));
     }
     __syncthreads();  // q_frag complete
-    register_loop<T, kD, kHalves>(args, seq, walk, rules, sm.q_frag, o, m, l, bad_page);
+    register_loop<T, kD, kHalves>(args, seq, walk, rules, sm.q_frag, o, m, l);
   }
 
 
@@ -195,11 +194,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
     sm.m[warp][g] = m[0], sm.m[warp][g + 8] = m[1];
     sm.l[warp][g] = l[0], sm.l[warp][g + 8] = l[1];
   }
-  // A page that does not exist makes the CTA's rows NaN, like a sequence whose indices break a
-  // rule.  Its NaN K and V alone would not do it: NaN scores leave a row's max at -inf (fmaxf
-  // drops NaN), so a split that saw only bad pages would pass for one that saw no key, and its
-  // weight in the merge would be 0.
-  const bool valid = seq.ok && !__syncthreads_or(bad_page);
+  __syncthreads();
   float own_scale[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -210,7 +205,12 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
     if (warp == 0 && t == 0) {
       float row_l = 0.0f;
       for (int w = 0; w < kWarps; ++w) {
-        row_l += sm.m[w][r] == -CUDART_INF_F ? 0.0f : exp2f(sm.m[w][r] - row_m) * sm.l[w][r];
+        // A warp whose max is still -inf saw no visible key, and its l is 0 -- unless NaN scores
+        // reached it (a NaN in q or k, a page that does not exist: fmaxf drops NaN, so the max
+        // stays -inf while l is NaN).  Adding its l as it is keeps that NaN in the row sum, so
+        // the row comes out NaN instead of passing for one that saw no key (0, or weight 0 in
+        // the combine).
+        row_l += sm.m[w][r] == -CUDART_INF_F ? sm.l[w][r] : exp2f(sm.m[w][r] - row_m) * sm.l[w][r];
       }
       sm.row_max[r] = row_m, sm.row_sum[r] = row_l, sm.row_scale[r] = row_l == 0.0f ? 0.0f : 1.0f / row_l;
     }
@@ -238,8 +238,9 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   __syncthreads();
 
   // out = O / l and lse = ln 2 (M + log2 l); a row that saw no key gets 0 and +inf (-inf for a
-  // split's partial, which the combine skips); an invalid sequence or a bad page gets NaN.  Four
-  // dims a thread, a float4 store into the partials when D % 4 == 0.
+  // split's partial, which the combine skips); an invalid sequence gets NaN, and NaN scores (a NaN
+  // input, a page that does not exist) NaN through the row sum.  Four dims a thread, a float4
+  // store into the partials when D % 4 == 0.
   const bool final_output = args.num_splits == 1;
   const int64_t split_rows = static_cast<int64_t>(f.batch) * f.num_heads * Sq;
   const int quads = (D + 3) / 4;
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int d = d0 + c;  // < kD: kD is a multiple of 64
-      x[c] = !valid ? CUDART_NAN_F : scale == 0.0f ? 0.0f : (sm.o[0][r][d] + sm.o[1][r][d]) * scale;
+      x[c] = !seq.ok ? CUDART_NAN_F : scale == 0.0f ? 0.0f : (sm.o[0][r][d] + sm.o[1][r][d]) * scale;
     }
     if (final_output) {
       T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride;
@@ -275,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
     const int r = threadIdx.x, h = head_of(r), i = qrow_of(r);
     const float sum = sm.row_sum[r];
     const float empty = final_output ? CUDART_INF_F : -CUDART_INF_F;
-    const float lse = !valid ? CUDART_NAN_F : sum == 0.0f ? empty : (sm.row_max[r] + log2f(sum)) * kLn2;
+    const float lse = !seq.ok ? CUDART_NAN_F : sum == 0.0f ? empty : (sm.row_max[r] + log2f(sum)) * kLn2;
     if (final_output) {
       f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse;
     } else {

@@ -125,13 +125,12 @@ __device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const
 
 // The warp's blocks: S = Q K^T, the online softmax, O += P V (FA2 eq. 5, softmax_step.cuh).
 // qa: Q's A fragments for the kD / 16 k-steps, dims in natural order.  o[n][e] is O for row
-// g + 8 (e / 2), dim 8n + 2t + (e & 1).  bad_page_seen is set when a block touches a page that
-// does not exist.
+// g + 8 (e / 2), dim 8n + 2t + (e & 1).
 template <typename T, int kD, int kHalves>
 __device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
                                                TmaRing<T, kD>* ring, const ScoreRules& rules,
                                                const uint4 (&qa)[kD / 16], float (&o)[kD / 8][2 * kHalves],
-                                               float (&m)[2], float (&l)[2], bool& bad_page_seen) {
+                                               float (&m)[2], float (&l)[2]) {
   using Ring = TmaRing<T, kD>;
   constexpr int kKeys = Ring::kKeys, kC = 2 * kHalves;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
@@ -143,14 +142,12 @@ __device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const Seq
     mbarrier_wait(&ring->full[warp][stage], (i / Ring::kStages) & 1);
     const bool inside = pos0 >= w.vis_lo && pos0 + kKeys - 1 <= w.vis_hi;
     if (!inside || args.p.block_table != nullptr) {
-      bool all_pages = true;  // every box with a visible key is on a page that exists
+      bool all_pages = true;
       for (int j = 0; j < kKeys && args.p.block_table; j += args.tma_box_keys) {
         bool ok;
         position_unit(args.p, seq, pos0 + j, ok);
-        const bool visible = pos0 + j <= w.vis_hi && pos0 + j + args.tma_box_keys - 1 >= w.vis_lo;
-        all_pages = all_pages && (ok || !visible);
+        all_pages = all_pages && ok;
       }
-      bad_page_seen = bad_page_seen || !all_pages;
       if (!inside || !all_pages) fill_unloaded_rows<T, kD>(args, seq, w, ring->v[warp][stage], pos0, lane);
     }
     const uint32_t k_tile = smem_address(ring->k[warp][stage]);
