@@ -97,13 +97,16 @@ __device__ __forceinline__ uint32_t tile_offset(int key, int col) {
   return (col / 8) * (kKeys * 128) + key * 128 + (((col % 8) ^ (key % 8)) << 4);
 }
 
-// A block's rows no box brought in: V rows of keys outside [vis_lo, vis_hi] become zero (their P is
-// 0, and stale shared memory could hold NaN, 0 x NaN = NaN); V rows of a page that does not exist
-// become NaN, so the rows of the CTA come out NaN (loud, not out of bounds), as in the register
-// loop.  K rows there stay stale: their scores are masked to -inf by selection.
+// A block's rows no box brought in.  Keys outside [vis_lo, vis_hi]: V rows become zero (their P is
+// 0, and stale shared memory could hold NaN, 0 x NaN = NaN); K rows stay stale, their scores are
+// masked to -inf by selection.  Visible keys on a page that does not exist: K and V rows become
+// NaN, so the scores are NaN and the row sum l with them (the warp merge keeps a NaN l), and the
+// rows' O and LSE come out NaN (loud, not out of bounds), as in the register loop.  NaN V alone
+// would leave the LSE finite.
 template <typename T, int kD>
 __device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
-                                                   unsigned char* v_tile, int pos0, int lane) {
+                                                   unsigned char* k_tile, unsigned char* v_tile, int pos0,
+                                                   int lane) {
   using Ring = TmaRing<T, kD>;
   constexpr int kCols = kD / 8;
   for (int e = lane; e < Ring::kKeys * kCols; e += 32) {
@@ -111,13 +114,14 @@ __device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const
     const int box_start = pos0 + key / args.tma_box_keys * args.tma_box_keys;
     bool ok;
     position_unit(args.p, seq, box_start, ok);
-    uint4 fill = make_uint4(kNanPair<T>, kNanPair<T>, kNanPair<T>, kNanPair<T>);
+    const uint32_t offset = tile_offset<Ring::kKeys>(key, col);
     if (pos < w.vis_lo || pos > w.vis_hi) {
-      fill = make_uint4(0, 0, 0, 0);
-    } else if (ok) {
-      continue;
+      *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0, 0, 0, 0);
+    } else if (!ok) {
+      const uint4 nan = make_uint4(kNanPair<T>, kNanPair<T>, kNanPair<T>, kNanPair<T>);
+      *reinterpret_cast<uint4*>(k_tile + offset) = nan;
+      *reinterpret_cast<uint4*>(v_tile + offset) = nan;
     }
-    *reinterpret_cast<uint4*>(v_tile + tile_offset<Ring::kKeys>(key, col)) = fill;
   }
   fence_proxy_async();
   __syncwarp();
@@ -148,7 +152,9 @@ __device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const Seq
         position_unit(args.p, seq, pos0 + j, ok);
         all_pages = all_pages && ok;
       }
-      if (!inside || !all_pages) fill_unloaded_rows<T, kD>(args, seq, w, ring->v[warp][stage], pos0, lane);
+      if (!inside || !all_pages) {
+        fill_unloaded_rows<T, kD>(args, seq, w, ring->k[warp][stage], ring->v[warp][stage], pos0, lane);
+      }
     }
     const uint32_t k_tile = smem_address(ring->k[warp][stage]);
     const uint32_t v_tile = smem_address(ring->v[warp][stage]);
