@@ -26,12 +26,15 @@ struct RowSoftmax {
     return base;
   }
 
-  // 1/l for the output, 0 for a row that saw no key (its output is 0, never NaN).
-  float output_scale() const { return sum > 0.0f ? 1.0f / sum : 0.0f; }
+  // 1/l for the output, 0 for a row that saw no key (its output is 0, never NaN).  A NaN score
+  // (a NaN in q or k) leaves max alone (std::max drops it) but makes l NaN, and the comparisons
+  // with 0 below let that NaN through, so such a row reads NaN, not "saw no key".
+  float output_scale() const { return sum == 0.0f ? 0.0f : 1.0f / sum; }
 
-  // LSE = ln(sum_j e^{s_j}) = (m + log2 l) * ln 2, +inf for a row that saw no key.
+  // LSE = ln(sum_j e^{s_j}) = (m + log2 l) * ln 2, +inf for a row that saw no key, NaN after a
+  // NaN score.
   float lse() const {
-    return sum > 0.0f ? (max + std::log2(sum)) * kLn2 : std::numeric_limits<float>::infinity();
+    return sum == 0.0f ? std::numeric_limits<float>::infinity() : (max + std::log2(sum)) * kLn2;
   }
 };
 

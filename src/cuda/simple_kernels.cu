@@ -118,7 +118,7 @@ __global__ void fallback_forward_kernel(const FwdKernelArgs args) {
       }
     }
   }
-  const bool empty = !(row_sum > 0.f);
+  const bool empty = row_sum == 0.f;  // a NaN sum (a NaN score) is not empty: O and LSE come out NaN
   const float inv = empty ? 0.f : args.output_scale / row_sum;
   Element* out = static_cast<Element*>(p.out) +
                  q_offset(seq, p.out_batch_stride, p.out_row_stride, p.out_head_stride, rc.row, rc.h);

@@ -92,7 +92,7 @@ struct OnlineSoftmax {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float sum = quad_allreduce(row_sum[r], SumOp{});
-      const bool empty = !(sum > 0.f);
+      const bool empty = sum == 0.f;  // a NaN sum (a NaN score: max drops it) is not empty: O, LSE NaN
       const float inv = empty ? 0.f : output_scale / sum;
       lse[r] = empty ? INFINITY : row_max[r] * scale_log2 * kLn2 + logf(sum);
       CUTE_UNROLL

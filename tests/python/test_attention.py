@@ -129,3 +129,26 @@ def test_return_conventions(device):
     assert torch.equal(result[0], out)
     # No gradient is needed for a call without requires_grad; the output is a plain tensor.
     assert not out.requires_grad
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_nan_input_gives_nan_not_zero(device, causal):
+    """A NaN score leaves a row's running max alone (max drops NaN), so a row whose scores are
+    all NaN looks like a row that saw no key unless l carries the NaN through: such rows must come
+    out NaN in O and LSE, never 0 and +inf.  A NaN query row spoils only its row; a NaN key row
+    spoils every row that sees it (rows of its KV head group, from its position on when causal)."""
+    batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim = 2, 200, 300, 4, 2, 64
+    q = rand(batch, seqlen_q, num_heads, head_dim, dtype=torch.bfloat16, device=device)
+    k = rand(batch, seqlen_k, num_heads_k, head_dim, dtype=torch.bfloat16, device=device)
+    v = rand(batch, seqlen_k, num_heads_k, head_dim, dtype=torch.bfloat16, device=device)
+    q[0, 150, 3] = float("nan")
+    k[1, 250, 0] = float("nan")
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    nan_out, nan_lse = out.isnan().any(-1), lse.isnan().transpose(1, 2)  # (batch, seqlen_q, heads)
+    expect = torch.zeros_like(nan_out)
+    expect[0, 150, 3] = True
+    first_seeing = 250 - (seqlen_k - seqlen_q) if causal else 0  # bottom-right causal alignment
+    expect[1, first_seeing:, :2] = True
+    assert torch.equal(nan_out, expect), "O: NaN rows differ from the rows that saw a NaN"
+    assert torch.equal(nan_lse, expect), "LSE: NaN rows differ from the rows that saw a NaN"
+    assert out[expect].isnan().all(), "a row that saw a NaN has finite entries"
