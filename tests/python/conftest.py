@@ -33,6 +33,12 @@ def pytest_report_header(config):
             f"torch {torch.__version__}; devices {DEVICES}; TILEATTN_TEST_SEED={_SESSION_SEED}")
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus):
+    # Also under -q, which hides the header: the GPU suite's logs must name the seed of a failure.
+    if exitstatus != 0:
+        terminalreporter.write_line(f"to reproduce: TILEATTN_TEST_SEED={_SESSION_SEED}")
+
+
 def pytest_generate_tests(metafunc):
     if "device" in metafunc.fixturenames:
         metafunc.parametrize("device", DEVICES)

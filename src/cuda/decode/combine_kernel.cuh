@@ -46,7 +46,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs args
   const int splits = args.num_splits, s = threadIdx.x;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched programmatically (decode_launch.cuh): wait for the split kernel's partials.  A no-op
-  // when the launch was an ordinary one.
+  // when the launch was an ordinary one.  The trigger lets a kernel launched programmatically
+  // after this one (the next decode call's split kernel) start its launch now; it waits for this
+  // grid to finish before touching memory.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 

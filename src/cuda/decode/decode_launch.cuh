@@ -44,10 +44,13 @@ int prepare_split_kernel() {
   return resident;
 }
 
-// Programmatic dependent launch (compute capability 9.0 and later): the combine kernel is launched
-// while the split kernel still runs and waits in-kernel (griddepcontrol.wait) for its results, so
-// its launch latency (~2-3 us of the ~17 us fixed cost of a 1 x 2k decode call) overlaps the
-// split kernel instead of following it.
+// Programmatic dependent launch (compute capability 9.0 and later): the split and combine kernels
+// are launched while the kernel before them in the stream still runs, and wait in-kernel
+// (griddepcontrol.wait, which returns once that kernel has finished and its writes are visible)
+// before they read or write anything in global memory.  The combine's launch latency (~2-3 us of
+// the ~17 us fixed cost of a 1 x 2k decode call, session 12) then overlaps the split kernel, and
+// the split kernel's launch overlaps whatever ran before it (in a decode step, the previous
+// layer's last kernel; in bench/gpu/decode.py, the previous call's combine).
 inline bool programmatic_launch_supported() {
   static const bool supported = [] {
     int device = 0, major = 0;
@@ -58,22 +61,25 @@ inline bool programmatic_launch_supported() {
   return supported;
 }
 
-template <typename T>
-void launch_combine(const DecodeArgs& args, int64_t rows, cudaStream_t stream) {
+template <typename Kernel>
+void launch_programmatic(Kernel kernel, dim3 grid, int dynamic_smem, cudaStream_t stream, const DecodeArgs& args,
+                         const char* what) {
   if (!programmatic_launch_supported()) {
-    combine_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(args);
+    kernel<<<grid, kThreads, dynamic_smem, stream>>>(args);
+    check_cuda(cudaGetLastError(), what);
     return;
   }
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(rows));
+  config.gridDim = grid;
   config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(dynamic_smem);
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, combine_kernel<T>, args), "decode combine kernel launch");
+  check_cuda(cudaLaunchKernelEx(&config, kernel, args), what);
 }
 
 template <typename T, int kD, int kHalves, bool kTma>
@@ -86,18 +92,18 @@ void launch_split(DecodeArgs args, cudaStream_t stream) {
   args.num_splits = choose_num_splits(args.num_splits, ctas, resident, f.seqlen_k, step);
   const dim3 grid(static_cast<unsigned>(ctas), args.num_splits);
   if (args.num_splits == 1) {
-    split_kernel<T, kD, kHalves, kTma><<<grid, kThreads, dynamic_smem, stream>>>(args);
-    check_cuda(cudaGetLastError(), "decode split kernel launch");
+    launch_programmatic(split_kernel<T, kD, kHalves, kTma>, grid, dynamic_smem, stream, args,
+                        "decode split kernel launch");
     return;
   }
   const int64_t rows = static_cast<int64_t>(f.batch) * f.num_heads * f.seqlen_q;
   StreamWorkspace partial(stream);  // freed on the stream after the combine
   args.o_partial = partial.floats(args.num_splits * rows * f.head_dim, false);
   args.lse_partial = partial.floats(args.num_splits * rows, false);
-  split_kernel<T, kD, kHalves, kTma><<<grid, kThreads, dynamic_smem, stream>>>(args);
-  check_cuda(cudaGetLastError(), "decode split kernel launch");
-  launch_combine<T>(args, rows, stream);
-  check_cuda(cudaGetLastError(), "decode combine kernel launch");
+  launch_programmatic(split_kernel<T, kD, kHalves, kTma>, grid, dynamic_smem, stream, args,
+                      "decode split kernel launch");
+  launch_programmatic(combine_kernel<T>, dim3(static_cast<unsigned>(rows)), 0, stream, args,
+                      "decode combine kernel launch");
 }
 
 // The TMA kernel when the caller set it up (cuda_decode.cu) for exactly this head dim (the tensor

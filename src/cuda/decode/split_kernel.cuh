@@ -70,6 +70,10 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   // Lets the combine kernel launch once every CTA of this grid has started (it then waits for
   // this grid to finish before reading anything; decode_launch.cuh).
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // Launched programmatically: nothing in global memory (the index arrays, q, the cache, the
+  // partials the previous call's combine may still read) is touched before the kernel ahead of
+  // this one in the stream has finished.  A no-op after an ordinary launch.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   const SequenceKeys seq = sequence_keys(p, b);
   // Local row r is query head kv_head * group + (row0 + r) / Sq, query row (row0 + r) % Sq.
