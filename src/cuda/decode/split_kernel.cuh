@@ -25,6 +25,18 @@
 
 namespace tileattn::cuda::decode {
 
+// Where the final stores go: the kernel parameters they read, copied by thread 0 at the start.
+struct FinalTargets {
+  void* out;
+  float* softmax_lse;
+  float* o_partial;
+  float* lse_partial;
+  int64_t out_batch_stride, out_row_stride, out_head_stride, lse_batch_stride, lse_head_stride;
+  int64_t split_rows;  // B x H x Sq: rows of one split's partials
+  int num_splits;
+  int num_heads;
+};
+
 // The warps' O merge in two halves (warps 0 + 2 into o[0], 1 + 3 into o[1]): two CTA barriers
 // instead of one per warp, in a fixed order.  41 KB at D = 256, under the 48 KB of static shared
 // memory.
@@ -34,6 +46,7 @@ struct SplitSmem {
   float o[2][kRows][kD + 4];    // o[0]: first the rotated Q rows in float; then the merged halves
   float m[kWarps][kRows], l[kWarps][kRows];
   float row_max[kRows], row_sum[kRows], row_scale[kRows];
+  FinalTargets dst;
 };
 
 // kHalves = 1 when a CTA has at most 8 query rows (GQA groups up to 8 with one new token: every
@@ -70,15 +83,41 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   // Lets the combine kernel launch once every CTA of this grid has started (it then waits for
   // this grid to finish before reading anything; decode_launch.cuh).
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // The parameters only the final stores read, into shared memory now, while the kernel ahead may
+  // still run: read first at the end, their constant-cache misses were on every call's critical
+  // path (session 19's timeline: ~1400 cycles from the merge to the last store issued).
+  if (threadIdx.x == 0) {
+    sm.dst = FinalTargets{f.out, f.softmax_lse, args.o_partial, args.lse_partial, f.out_batch_stride,
+                          f.out_row_stride, f.out_head_stride, f.lse_batch_stride, f.lse_head_stride,
+                          static_cast<int64_t>(f.batch) * f.num_heads * f.seqlen_q, args.num_splits, f.num_heads};
+  }
   // Launched programmatically: nothing in global memory (the index arrays, q, the cache, the
   // partials the previous call's combine may still read) is touched before the kernel ahead of
   // this one in the stream has finished.  A no-op after an ordinary launch.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  const SequenceKeys seq = sequence_keys(p, b);
   // Local row r is query head kv_head * group + (row0 + r) / Sq, query row (row0 + r) % Sq.
   auto head_of = [&](int r) { return kv_head * args.group + (row0 + r) / Sq; };
   auto qrow_of = [&](int r) { return (row0 + r) % Sq; };
+  // Q's loads first, before the sequence's bounds (which Q's addresses do not need) and before
+  // the first K/V requests.  Issued after the requests, as they were until session 21, they
+  // queued behind every CTA's first blocks (240 CTAs x 64 KB at 1 x 2k, the whole cache): the
+  // timeline put 1.9 us (1 x 2k) to 3.9 us (8 x 2k) between the requests and Q in registers, with
+  // the blocks already landed.  Issued first: 1 x 8k +3%, pages +4-5%, 8 x 2k +2% (perf log).
+  // Then Q goes into shared memory as float and is rotated pair by pair at cache_seqlens (+ i
+  // when causal or windowed).  Eight elements a load, every load issued before the first is used:
+  // Nsight Compute on 1 x 2k showed the element-by-element version (each load behind its own
+  // branch) waiting out one memory latency per element, a quarter of the kernel's time.
+  constexpr int kQVectors = kRows * kD / 8 / kThreads;  // 2 at D = 128
+  uint4 q_vec[kQVectors];
+#pragma unroll
+  for (int k = 0; k < kQVectors; ++k) {
+    const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
+    const T* q = static_cast<const T*>(f.q) + b * f.q_batch_stride;
+    if (r < rows_here) q += qrow_of(r) * f.q_row_stride + head_of(r) * f.q_head_stride;
+    q_vec[k] = load8(q, d0, D, args.vector_q, r < rows_here);
+  }
+  const SequenceKeys seq = sequence_keys(p, b);
 
   // This thread's rows g and g + 8, the keys [vis_lo, vis_hi] any row of the CTA sees and the keys
   // [common_lo, common_hi] every row sees.
@@ -115,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   const int chunk_begin = split * per_split, chunk_end = min(num_chunks, chunk_begin + per_split);
   const BlockWalk walk{chunk0, chunk_begin, chunk_end, vis_lo, vis_hi, common_lo, common_hi, kv_head};
   // With TMA, each warp's lane 0 sets up its ring and requests its first blocks now, so their
-  // latency runs under the Q setup below.
+  // latency runs under the Q setup below (Q's loads are already on their way).
   if constexpr (kTma) {
     if (lane == 0) {
       for (int i = 0; i < Ring::kStages; ++i) mbarrier_init(&ring->full[warp][i], 1);
@@ -125,19 +164,6 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
     __syncwarp();
   }
 
-  // Q into shared memory as float, then rotated pair by pair at cache_seqlens (+ i when causal or
-  // windowed).  Eight elements a load, every load issued before the first is used: Nsight Compute
-  // on 1 x 2k showed the element-by-element version (each load behind its own branch) waiting
-  // out one memory latency per element, a quarter of the kernel's time.
-  constexpr int kQVectors = kRows * kD / 8 / kThreads;  // 2 at D = 128
-  uint4 q_vec[kQVectors];
-#pragma unroll
-  for (int k = 0; k < kQVectors; ++k) {
-    const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
-    const T* q = static_cast<const T*>(f.q) + b * f.q_batch_stride;
-    if (r < rows_here) q += qrow_of(r) * f.q_row_stride + head_of(r) * f.q_head_stride;
-    q_vec[k] = load8(q, d0, D, args.vector_q, r < rows_here);
-  }
 #pragma unroll
   for (int k = 0; k < kQVectors; ++k) {
     const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
@@ -245,8 +271,9 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   // split's partial, which the combine skips); an invalid sequence gets NaN, and NaN scores (a NaN
   // input, a page that does not exist) NaN through the row sum.  Four dims a thread, a float4
   // store into the partials when D % 4 == 0.
-  const bool final_output = args.num_splits == 1;
-  const int64_t split_rows = static_cast<int64_t>(f.batch) * f.num_heads * Sq;
+  const FinalTargets& dst = sm.dst;  // written before the merge's barriers
+  const bool final_output = dst.num_splits == 1;
+  const int64_t split_rows = dst.split_rows;
   const int quads = (D + 3) / 4;
   for (int e = threadIdx.x; e < rows_here * quads; e += kThreads) {
     const int r = e / quads, d0 = e % quads * 4, h = head_of(r), i = qrow_of(r);
@@ -258,14 +285,14 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
       x[c] = !seq.ok ? CUDART_NAN_F : scale == 0.0f ? 0.0f : (sm.o[0][r][d] + sm.o[1][r][d]) * scale;
     }
     if (final_output) {
-      T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride;
+      T* out = static_cast<T*>(dst.out) + b * dst.out_batch_stride + i * dst.out_row_stride + h * dst.out_head_stride;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         if (d0 + c < D) out[d0 + c] = from_float<T>(x[c]);
       }
     } else {
-      const int64_t row = split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i;
-      float* partial = args.o_partial + row * D + d0;
+      const int64_t row = split * split_rows + (static_cast<int64_t>(b) * dst.num_heads + h) * Sq + i;
+      float* partial = dst.o_partial + row * D + d0;
       if (D % 4 == 0) {
         *reinterpret_cast<float4*>(partial) = make_float4(x[0], x[1], x[2], x[3]);
       } else {
@@ -282,9 +309,9 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
     const float empty = final_output ? CUDART_INF_F : -CUDART_INF_F;
     const float lse = !seq.ok ? CUDART_NAN_F : sum == 0.0f ? empty : (sm.row_max[r] + log2f(sum)) * kLn2;
     if (final_output) {
-      f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse;
+      dst.softmax_lse[b * dst.lse_batch_stride + h * dst.lse_head_stride + i] = lse;
     } else {
-      args.lse_partial[split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i] = lse;
+      dst.lse_partial[split * split_rows + (static_cast<int64_t>(b) * dst.num_heads + h) * Sq + i] = lse;
     }
   }
 }
