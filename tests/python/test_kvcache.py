@@ -161,10 +161,11 @@ def test_kvcache(case, dtype, device):
     check_against_reference(opts, dtype, args, slot, first, out, lse)
 
 
-@pytest.mark.parametrize("splits", [0, 1, 3])
+@pytest.mark.parametrize("splits", [0, 1, 3, 40])
 @pytest.mark.parametrize("page_size", [0, 16, 256])
 def test_kvcache_long_cache_splits(splits, page_size, device):
-    """4k-slot caches, where the heuristic splits on CUDA; lengths ragged, one of them empty."""
+    """4k-slot caches, where the heuristic splits on CUDA; lengths ragged, one of them empty.  40
+    splits: the CUDA combine loads the partials in trips of 32 splits, so it takes a second trip."""
     opts = dict(DEFAULTS, page_size=page_size, dim=128, heads=16, heads_k=4, splits=splits,
                 causal=True)
     seqlens = torch.tensor([4000, 0, 1234, 2500], dtype=torch.int32)
