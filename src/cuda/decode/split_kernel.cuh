@@ -84,8 +84,9 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   // this grid to finish before reading anything; decode_launch.cuh).
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // The parameters only the final stores read, into shared memory now, while the kernel ahead may
-  // still run: read first at the end, their constant-cache misses were on every call's critical
-  // path (session 19's timeline: ~1400 cycles from the merge to the last store issued).
+  // still run, not first at the end (the SASS had their constant loads right before the stores).
+  // Measured in session 21: +1-2% at 1 x 8k and 8 x 2k in an A/B, but the trace left the stores'
+  // phase at ~1500 cycles, so those loads were not what it waits on (perf log).
   if (threadIdx.x == 0) {
     sm.dst = FinalTargets{f.out, f.softmax_lse, args.o_partial, args.lse_partial, f.out_batch_stride,
                           f.out_row_stride, f.out_head_stride, f.lse_batch_stride, f.lse_head_stride,
