@@ -121,6 +121,7 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   args.group = f.num_heads / f.num_heads_k;
   args.rows = args.group * f.seqlen_q;
   args.row_blocks = (args.rows + decode::kRows - 1) / decode::kRows;
+  args.seqlen_q_div = FastDivisor::make(f.seqlen_q);
   args.num_splits = p.num_splits;
   if (static_cast<int64_t>(f.batch) * args.row_blocks * f.num_heads_k > std::numeric_limits<int32_t>::max()) {
     throw Error(ErrorCode::kUnsupported, "q",

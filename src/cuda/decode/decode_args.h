@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include "common/fast_divisor.h"
 #include "common/host_device.h"
 #include "cuda/decode/decode_shape.h"
 #include "tileattn/tileattn.h"
@@ -22,6 +23,7 @@ struct DecodeArgs {
   int group;                  // H / Hk: query heads per KV head
   int rows;                   // group x seqlen_q: query rows that share one KV head
   int row_blocks;             // ceil(rows / kRows)
+  FastDivisor seqlen_q_div;   // local row -> (query head, query row) without a runtime division
   int num_splits;
   bool vector_q, vector_k, vector_v;  // 16-byte loads are aligned for q and the caches
   float* o_partial;           // (num_splits, B, H, Sq, D) float32 when num_splits > 1

@@ -98,8 +98,10 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   // Local row r is query head kv_head * group + (row0 + r) / Sq, query row (row0 + r) % Sq.
-  auto head_of = [&](int r) { return kv_head * args.group + (row0 + r) / Sq; };
-  auto qrow_of = [&](int r) { return (row0 + r) % Sq; };
+  // (A FastDivisor: a runtime division is ~25 dependent instructions, and these sit on the way to
+  // the first request and in the final stores.)
+  auto head_of = [&](int r) { return kv_head * args.group + args.seqlen_q_div.div(row0 + r); };
+  auto qrow_of = [&](int r) { return row0 + r - args.seqlen_q_div.div(row0 + r) * Sq; };
   // Q's loads first, before the sequence's bounds (which Q's addresses do not need) and before
   // the first K/V requests.  Issued after the requests, as they were until session 21, they
   // queued behind every CTA's first blocks (240 CTAs x 64 KB at 1 x 2k, the whole cache): the
@@ -286,9 +288,10 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   const FinalTargets& dst = sm.dst;  // written before the merge's barriers
   const bool final_output = dst.num_splits == 1;
   const int64_t split_rows = dst.split_rows;
-  const int quads = (D + 3) / 4;
-  for (int e = threadIdx.x; e < rows_here * quads; e += kThreads) {
-    const int r = e / quads, d0 = e % quads * 4, h = head_of(r), i = qrow_of(r);
+  constexpr int kQuads = kD / 4;  // the bucket's, so the row decode divides by a constant
+  for (int e = threadIdx.x; e < rows_here * kQuads; e += kThreads) {
+    const int r = e / kQuads, d0 = e % kQuads * 4, h = head_of(r), i = qrow_of(r);
+    if (d0 >= D) continue;
     const float scale = sm.row_scale[r];
     float x[4];
 #pragma unroll
