@@ -25,18 +25,6 @@
 
 namespace tileattn::cuda::decode {
 
-// Where the final stores go: the kernel parameters they read, copied by thread 0 at the start.
-struct FinalTargets {
-  void* out;
-  float* softmax_lse;
-  float* o_partial;
-  float* lse_partial;
-  int64_t out_batch_stride, out_row_stride, out_head_stride, lse_batch_stride, lse_head_stride;
-  int64_t split_rows;  // B x H x Sq: rows of one split's partials
-  int num_splits;
-  int num_heads;
-};
-
 // The warps' O merge in two halves (warps 0 + 2 into o[0], 1 + 3 into o[1]): two CTA barriers
 // instead of one per warp, in a fixed order.  41 KB at D = 256, under the 48 KB of static shared
 // memory.
@@ -46,7 +34,6 @@ struct SplitSmem {
   float o[2][kRows][kD + 4];    // o[0]: first the rotated Q rows in float; then the merged halves
   float m[kWarps][kRows], l[kWarps][kRows];
   float row_max[kRows], row_sum[kRows], row_scale[kRows];
-  FinalTargets dst;
 };
 
 // kHalves = 1 when a CTA has at most 8 query rows (GQA groups up to 8 with one new token: every
@@ -83,15 +70,6 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   // Lets the combine kernel launch once every CTA of this grid has started (it then waits for
   // this grid to finish before reading anything; decode_launch.cuh).
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  // The parameters only the final stores read, into shared memory now, while the kernel ahead may
-  // still run, not first at the end (the SASS had their constant loads right before the stores).
-  // Measured in session 21: +1-2% at 1 x 8k and 8 x 2k in an A/B, but the trace left the stores'
-  // phase at ~1500 cycles, so those loads were not what it waits on (perf log).
-  if (threadIdx.x == 0) {
-    sm.dst = FinalTargets{f.out, f.softmax_lse, args.o_partial, args.lse_partial, f.out_batch_stride,
-                          f.out_row_stride, f.out_head_stride, f.lse_batch_stride, f.lse_head_stride,
-                          static_cast<int64_t>(f.batch) * f.num_heads * f.seqlen_q, args.num_splits, f.num_heads};
-  }
   // Launched programmatically: nothing in global memory (the index arrays, q, the cache, the
   // partials the previous call's combine may still read) is touched before the kernel ahead of
   // this one in the stream has finished.  A no-op after an ordinary launch.
@@ -127,24 +105,18 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   ScoreRules rules;
   rules.slope_log2[0] = rules.slope_log2[1] = 0.0f;
   int vis_lo = INT_MAX, vis_hi = -1, common_lo = INT_MIN, common_hi = INT_MAX;
-  if (Sq == 1) {
-    // One new token: every row of the CTA is query row 0 of its head and sees the same keys.  The
-    // general loop below unrolls into 16 runtime divisions and 64-bit window arithmetic on the
-    // way to the first K/V request (the trace's "bounds", ~3100 cycles at 1 x 2k).
-    const RowKeys keys = seq.ok ? row_keys(f, seq, 0) : RowKeys{0, -1, 0};
-    if (keys.lo <= keys.hi) vis_lo = keys.lo, vis_hi = keys.hi;
-    common_lo = keys.lo, common_hi = keys.hi;  // rows_here >= 1: a row block is never empty
-    rules.mine[0] = g < rows_here ? keys : RowKeys{0, -1, 0};
-    rules.mine[1] = g + 8 < rows_here ? keys : RowKeys{0, -1, 0};
-  } else {
-    for (int r = 0; r < kRows; ++r) {
-      RowKeys keys{0, -1, 0};
-      if (seq.ok && r < rows_here) keys = row_keys(f, seq, qrow_of(r));
-      if (keys.lo <= keys.hi) vis_lo = min(vis_lo, keys.lo), vis_hi = max(vis_hi, keys.hi);
-      if (r < rows_here) common_lo = max(common_lo, keys.lo), common_hi = min(common_hi, keys.hi);
-      if (r == g) rules.mine[0] = keys;
-      if (r == g + 8) rules.mine[1] = keys;
-    }
+  // Row row0 + r is query row (row0 + r) % Sq, so the first min(Sq, rows_here) rows already hold
+  // every query row of the CTA, and the bounds over them are the bounds over all: one row_keys for
+  // one new token, where a loop over all 16 rows (each with a runtime division, unrolled on the way
+  // to the first K/V request) cost 3-8% at batch 1 (perf log, session 21).
+  for (int r = 0; r < min(Sq, rows_here); ++r) {
+    const RowKeys keys = seq.ok ? row_keys(f, seq, qrow_of(r)) : RowKeys{0, -1, 0};
+    if (keys.lo <= keys.hi) vis_lo = min(vis_lo, keys.lo), vis_hi = max(vis_hi, keys.hi);
+    common_lo = max(common_lo, keys.lo), common_hi = min(common_hi, keys.hi);
+  }
+  for (int k = 0; k < 2; ++k) {
+    const int r = g + 8 * k;
+    rules.mine[k] = seq.ok && r < rows_here ? row_keys(f, seq, qrow_of(r)) : RowKeys{0, -1, 0};
   }
   if (f.alibi_slopes) {
     for (int k = 0; k < 2; ++k) {
@@ -285,9 +257,8 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   // split's partial, which the combine skips); an invalid sequence gets NaN, and NaN scores (a NaN
   // input, a page that does not exist) NaN through the row sum.  Four dims a thread, a float4
   // store into the partials when D % 4 == 0.
-  const FinalTargets& dst = sm.dst;  // written before the merge's barriers
-  const bool final_output = dst.num_splits == 1;
-  const int64_t split_rows = dst.split_rows;
+  const bool final_output = args.num_splits == 1;
+  const int64_t split_rows = static_cast<int64_t>(f.batch) * f.num_heads * Sq;
   constexpr int kQuads = kD / 4;  // the bucket's, so the row decode divides by a constant
   for (int e = threadIdx.x; e < rows_here * kQuads; e += kThreads) {
     const int r = e / kQuads, d0 = e % kQuads * 4, h = head_of(r), i = qrow_of(r);
@@ -300,14 +271,14 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
       x[c] = !seq.ok ? CUDART_NAN_F : scale == 0.0f ? 0.0f : (sm.o[0][r][d] + sm.o[1][r][d]) * scale;
     }
     if (final_output) {
-      T* out = static_cast<T*>(dst.out) + b * dst.out_batch_stride + i * dst.out_row_stride + h * dst.out_head_stride;
+      T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         if (d0 + c < D) out[d0 + c] = from_float<T>(x[c]);
       }
     } else {
-      const int64_t row = split * split_rows + (static_cast<int64_t>(b) * dst.num_heads + h) * Sq + i;
-      float* partial = dst.o_partial + row * D + d0;
+      const int64_t row = split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i;
+      float* partial = args.o_partial + row * D + d0;
       if (D % 4 == 0) {
         *reinterpret_cast<float4*>(partial) = make_float4(x[0], x[1], x[2], x[3]);
       } else {
@@ -324,9 +295,9 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
     const float empty = final_output ? CUDART_INF_F : -CUDART_INF_F;
     const float lse = !seq.ok ? CUDART_NAN_F : sum == 0.0f ? empty : (sm.row_max[r] + log2f(sum)) * kLn2;
     if (final_output) {
-      dst.softmax_lse[b * dst.lse_batch_stride + h * dst.lse_head_stride + i] = lse;
+      f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse;
     } else {
-      dst.lse_partial[split * split_rows + (static_cast<int64_t>(b) * dst.num_heads + h) * Sq + i] = lse;
+      args.lse_partial[split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i] = lse;
     }
   }
 }

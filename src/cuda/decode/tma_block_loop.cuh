@@ -50,6 +50,13 @@ __device__ __forceinline__ int64_t position_unit(const tileattn_kvcache_params& 
   return unit;
 }
 
+// Whether the box of `box` keys from `start` holds a key of [vis_lo, vis_hi].  Only such boxes have
+// their page looked up: a box past the sequence's end can lie past its last block-table entry (d64:
+// 32-key blocks over pages of 16), even past the table's row.
+__device__ __forceinline__ bool box_visible(const BlockWalk& w, int start, int box) {
+  return start <= w.vis_hi && start + box - 1 >= w.vis_lo;
+}
+
 // Lane 0: request the warp's i-th block into stage i % kStages.  Boxes of args.tma_box_keys keys
 // wholly outside [vis_lo, vis_hi] or on a page that does not exist are skipped (the consumer fills
 // their rows); the barrier expects the bytes of the boxes requested.
@@ -64,9 +71,9 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
   uint64_t* bar = &ring->full[warp][stage];
   uint32_t bytes = 0;
   for (int j = 0; j < Ring::kKeys; j += box) {
-    bool ok;
-    position_unit(p, seq, pos0 + j, ok);
-    if (ok && pos0 + j <= w.vis_hi && pos0 + j + box - 1 >= w.vis_lo) bytes += 2 * Ring::kSlabs * box * 128;
+    bool ok = false;
+    if (box_visible(w, pos0 + j, box)) position_unit(p, seq, pos0 + j, ok);
+    if (ok) bytes += 2 * Ring::kSlabs * box * 128;
   }
   fence_proxy_async();  // the warp's reads (and edge fills) of this stage before TMA rewrites it
   if (bytes == 0) {
@@ -75,9 +82,10 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
   }
   mbarrier_arrive_expect_tx(bar, bytes);
   for (int j = 0; j < Ring::kKeys; j += box) {
+    if (!box_visible(w, pos0 + j, box)) continue;
     bool ok;
     const int64_t unit = position_unit(p, seq, pos0 + j, ok);
-    if (!ok || pos0 + j > w.vis_hi || pos0 + j + box - 1 < w.vis_lo) continue;
+    if (!ok) continue;
     const int row = p.block_table ? (pos0 + j) % p.page_size : pos0 + j;
     const uint64_t policy = l2_evict_first_policy();
 #pragma unroll
@@ -112,12 +120,14 @@ __device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const
   for (int e = lane; e < Ring::kKeys * kCols; e += 32) {
     const int key = e / kCols, col = e % kCols, pos = pos0 + key;
     const int box_start = pos0 + key / args.tma_box_keys * args.tma_box_keys;
-    bool ok;
-    position_unit(args.p, seq, box_start, ok);
     const uint32_t offset = tile_offset<Ring::kKeys>(key, col);
     if (pos < w.vis_lo || pos > w.vis_hi) {
       *reinterpret_cast<uint4*>(v_tile + offset) = make_uint4(0, 0, 0, 0);
-    } else if (!ok) {
+      continue;
+    }
+    bool ok;
+    position_unit(args.p, seq, box_start, ok);
+    if (!ok) {
       const uint4 nan = make_uint4(kNanPair<T>, kNanPair<T>, kNanPair<T>, kNanPair<T>);
       *reinterpret_cast<uint4*>(k_tile + offset) = nan;
       *reinterpret_cast<uint4*>(v_tile + offset) = nan;
@@ -148,8 +158,8 @@ __device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const Seq
     if (!inside || args.p.block_table != nullptr) {
       bool all_pages = true;
       for (int j = 0; j < kKeys && args.p.block_table; j += args.tma_box_keys) {
-        bool ok;
-        position_unit(args.p, seq, pos0 + j, ok);
+        bool ok = true;
+        if (box_visible(w, pos0 + j, args.tma_box_keys)) position_unit(args.p, seq, pos0 + j, ok);
         all_pages = all_pages && ok;
       }
       if (!inside || !all_pages) {
