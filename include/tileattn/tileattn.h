@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below changes layout; bindings compare it with their own copy. */
-#define TILEATTN_ABI_VERSION 2
+#define TILEATTN_ABI_VERSION 3
 
 typedef enum tileattn_dtype {
   TILEATTN_FLOAT16 = 0,
@@ -167,6 +167,13 @@ typedef struct tileattn_kvcache_params {
   const void* rotary_sin;
   int32_t rotary_dim, rotary_seqlen, rotary_interleaved;
   int32_t num_splits; /* 0 = heuristic; a fixed value gives batch-invariant results */
+  /* Scratch for the split-KV partial results (CUDA).  NULL: the library takes it from its own
+   * stream-ordered pool.  Otherwise device memory of at least tileattn_kvcache_workspace_size()
+   * bytes, 256-byte aligned, that nothing else touches until the call's work on fwd.stream is
+   * done: what PyTorch's caching allocator hands out, and during CUDA-graph capture the graph's
+   * own pool.  The Python package always passes one (see python/tileattn/_ops.py for why). */
+  void* workspace;
+  int64_t workspace_bytes;
 } tileattn_kvcache_params;
 
 /* Fills defaults: everything zero/NULL except window_left = window_right = -1. */
@@ -182,6 +189,11 @@ TILEATTN_API int tileattn_backward(const tileattn_bwd_params* params);
 /* Appends to the cache (when k_new is given), then attends.  On CUDA the index arrays are not
  * read on the host: see src/api/dispatch.cpp for what happens when their contents are wrong. */
 TILEATTN_API int tileattn_forward_kvcache(const tileattn_kvcache_params* params);
+/* Validates like tileattn_forward_kvcache, then stores in *bytes the workspace those params may
+ * need: 0 on the CPU and when no kernel the call could take splits.  It depends only on the
+ * shapes, dtype, num_splits and device, never on the pointers, so one answer serves every call
+ * with the same shapes. */
+TILEATTN_API int tileattn_kvcache_workspace_size(const tileattn_kvcache_params* params, int64_t* bytes);
 
 TILEATTN_API const char* tileattn_last_error(void);
 TILEATTN_API const char* tileattn_last_error_argument(void);

@@ -45,5 +45,7 @@ TILEATTN_API void forward(const ForwardParams& params);
 TILEATTN_API void backward(const BackwardParams& params);
 // Appends k_new/v_new to the cache (in place), then attends over it.
 TILEATTN_API void forward_kvcache(const KvCacheParams& params);
+// Bytes of workspace forward_kvcache may use with these params (tileattn_kvcache_workspace_size).
+TILEATTN_API int64_t kvcache_workspace_size(const KvCacheParams& params);
 
 }  // namespace tileattn

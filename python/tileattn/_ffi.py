@@ -12,7 +12,7 @@ import os
 import threading
 from pathlib import Path
 
-ABI_VERSION = 2  # TILEATTN_ABI_VERSION this mirror was written against
+ABI_VERSION = 3  # TILEATTN_ABI_VERSION this mirror was written against
 
 # tileattn_dtype / tileattn_device / tileattn_status
 FLOAT16, BFLOAT16, FLOAT32 = 0, 1, 2
@@ -90,6 +90,7 @@ class KvCacheParams(ctypes.Structure):
         ("rotary_cos", _ptr), ("rotary_sin", _ptr),
         ("rotary_dim", _i32), ("rotary_seqlen", _i32), ("rotary_interleaved", _i32),
         ("num_splits", _i32),
+        ("workspace", _ptr), ("workspace_bytes", _i64),
     ]
 
 
@@ -148,6 +149,9 @@ class _Library:
         lib.tileattn_backward.restype = ctypes.c_int
         lib.tileattn_forward_kvcache.argtypes = [ctypes.POINTER(KvCacheParams)]
         lib.tileattn_forward_kvcache.restype = ctypes.c_int
+        lib.tileattn_kvcache_workspace_size.argtypes = [ctypes.POINTER(KvCacheParams),
+                                                        ctypes.POINTER(ctypes.c_int64)]
+        lib.tileattn_kvcache_workspace_size.restype = ctypes.c_int
         for name in ("tileattn_last_error", "tileattn_last_error_argument"):
             getattr(lib, name).argtypes = []
             getattr(lib, name).restype = ctypes.c_char_p
@@ -178,6 +182,7 @@ class _Library:
         self._forward = lib.tileattn_forward
         self._backward = lib.tileattn_backward
         self._forward_kvcache = lib.tileattn_forward_kvcache
+        self._kvcache_workspace_size = lib.tileattn_kvcache_workspace_size
         self._last_error = lib.tileattn_last_error
         self._last_error_argument = lib.tileattn_last_error_argument
 
@@ -203,6 +208,13 @@ class _Library:
         status = self._forward_kvcache(ctypes.byref(params))
         if status != OK:
             self._raise(status)
+
+    def kvcache_workspace_size(self, params):
+        size = ctypes.c_int64()
+        status = self._kvcache_workspace_size(ctypes.byref(params), ctypes.byref(size))
+        if status != OK:
+            self._raise(status)
+        return size.value
 
 
 _lock = threading.Lock()

@@ -465,10 +465,48 @@ def _kvcache_fwd_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                 rotary_interleaved: bool, alibi_slopes: Optional[Tensor],
                 num_splits: int) -> Tuple[Tensor, Tensor]:
     """Returns (out, softmax_lse (B, H, Sq)); k_cache and v_cache receive k and v."""
-    q, k, v, rotary_cos, rotary_sin, alibi_slopes = (
-        _last_dim_contiguous(x) for x in (q, k, v, rotary_cos, rotary_sin, alibi_slopes))
+    params, out, lse, copies = kvcache_params(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
+        rotary_interleaved, alibi_slopes, num_splits)
+    _on_device(q.device, forward_kvcache, params)
+    del copies  # alive until the library has read them
+    return out, lse
+
+
+def forward_kvcache(params, workspace_bytes=None):
+    """The library call, its split-KV scratch from torch's allocator (of `workspace_bytes`, or of
+    the size the library asks for).  The library's own stream-ordered pool is not used here: on
+    the H200 every CUDA-graph capture of a call that took scratch from it added ~5.5 us of GPU
+    time to each later eager call, for good (1 x 2k: 39 us -> 127 us after 16 captures, also
+    after the graphs were freed; session 22).  torch's allocator knows about graphs -- a capture
+    allocates from the graph's private pool -- and the block it hands out here is stream-ordered
+    on the call's stream.  Returns the workspace size, for a plan to reuse."""
+    lib = _ffi.library()
+    workspace = None
+    if params.fwd.device == _ffi.DEVICE_CUDA:
+        if workspace_bytes is None:
+            workspace_bytes = lib.kvcache_workspace_size(params)
+        if workspace_bytes:
+            workspace = torch.empty(workspace_bytes, dtype=torch.uint8,
+                                    device=torch.device("cuda", torch.cuda.current_device()))
+            params.workspace, params.workspace_bytes = workspace.data_ptr(), workspace_bytes
+    lib.forward_kvcache(params)
+    return workspace_bytes
+
+
+def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                   cache_batch_idx, cache_leftpad, block_table, softmax_scale, window_left,
+                   window_right, softcap, rotary_interleaved, alibi_slopes, num_splits):
+    """(params, out, lse, copies) for one kvcache call.  `copies` holds the inputs copied to
+    make a last dim contiguous, which params point at: the caller keeps it until the library
+    call returns (on the CPU backend a freed copy's memory is reused at once)."""
+    given = (q, k, v, rotary_cos, rotary_sin, alibi_slopes)
+    q, k, v, rotary_cos, rotary_sin, alibi_slopes = (_last_dim_contiguous(x) for x in given)
     if rotary_cos is not None:
         rotary_cos, rotary_sin = rotary_cos.contiguous(), rotary_sin.contiguous()
+    used = (q, k, v, rotary_cos, rotary_sin, alibi_slopes)
+    copies = tuple(b for a, b in zip(given, used) if a is not b)
     batch, seqlen_q, num_heads, _ = q.shape
     paged = block_table is not None
     seqlen_k = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
@@ -501,8 +539,7 @@ def _kvcache_fwd_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
         params.rotary_seqlen, params.rotary_dim = rotary_cos.shape[0], 2 * rotary_cos.shape[1]
         params.rotary_interleaved = 1 if rotary_interleaved else 0
     params.num_splits = num_splits
-    _on_device(q.device, _ffi.library().forward_kvcache, params)
-    return out, lse
+    return params, out, lse, copies
 
 
 kvcache_fwd = torch.library.custom_op(
@@ -595,7 +632,15 @@ def call_varlen_fwd(q, k, v, *options):
                  (q, k, v, *options))
 
 
-def call_kvcache_fwd(q, k_cache, v_cache, k, v, *options):
+def call_kvcache_fwd(q, k_cache, v_cache, k, v, *options, on_success=None):
+    """`on_success(params, lse)`, when given, sees an eager call's parameters after the library
+    accepted them (_kvcache_plan keeps them for the next call with the same signature)."""
     if _dispatch_needed(q, k_cache, v_cache, k, v):
         return torch.ops.tileattn.kvcache_fwd(q, k_cache, v_cache, k, v, *options)
-    return _kvcache_fwd_impl(q, k_cache, v_cache, k, v, *options)
+    if on_success is None:
+        return _kvcache_fwd_impl(q, k_cache, v_cache, k, v, *options)
+    params, out, lse, copies = kvcache_params(q, k_cache, v_cache, k, v, *options)
+    _on_device(q.device, forward_kvcache, params)
+    if not copies:
+        on_success(params, lse)
+    return out, lse

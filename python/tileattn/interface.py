@@ -21,7 +21,7 @@ through torch.library custom ops, and traces under torch.compile(fullgraph=True)
 
 import torch
 
-from . import _ops
+from . import _kvcache_plan, _ops
 from ._checks import Checker
 from ._ffi import DtypeError, InvalidArgumentError
 
@@ -291,6 +291,16 @@ def flash_attn_with_kvcache(
     in the kernel instead: a sequence whose cache_seqlens / cache_leftpad / cache_batch_idx is out
     of range gets NaN and no append, and an out-of-range block_table entry reads as NaN.
     """
+    plan = _kvcache_plan.signature(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+        rotary_interleaved, alibi_slopes, num_splits)
+    if plan is not None:
+        outputs = _kvcache_plan.run(plan, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
+                                    cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
+                                    alibi_slopes)
+        if outputs is not None:
+            return outputs if return_softmax_lse else outputs[0]
     check = Checker("flash_attn_with_kvcache")
     check.dims(q, "q", 4, _BATCH_LAYOUT)
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -343,8 +353,11 @@ def flash_attn_with_kvcache(
     if block_table is not None and (block_table.dim() != 2 or block_table.stride(1) != 1):
         check.fail(InvalidArgumentError, "block_table",
                    f"must be a row-contiguous (batch, max_blocks) matrix, got {tuple(block_table.shape)}")
+    given = (cache_seqlens, cache_batch_idx, cache_leftpad)
     cache_seqlens, cache_batch_idx, cache_leftpad = (
-        None if x is None else x.contiguous() for x in (cache_seqlens, cache_batch_idx, cache_leftpad))
+        None if x is None else x.contiguous() for x in given)
+    if any(a is not b for a, b in zip(given, (cache_seqlens, cache_batch_idx, cache_leftpad))):
+        plan = None  # the parameters would point at this call's copies
     _, scale, left, right, softcap = _options(check, q, 0.0, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[2], q.device)
     if not isinstance(num_splits, int) or num_splits < 0:
@@ -352,5 +365,6 @@ def flash_attn_with_kvcache(
     out, lse = _ops.call_kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, scale, left, right, softcap, bool(rotary_interleaved),
-        alibi_slopes, num_splits)
+        alibi_slopes, num_splits,
+        on_success=None if plan is None else lambda params, lse: _kvcache_plan.store(plan, params, lse))
     return (out, lse) if return_softmax_lse else out

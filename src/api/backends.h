@@ -14,6 +14,8 @@ void cpu_forward_kvcache(const KvCacheParams& params);
 void cuda_forward(const ForwardParams& params);
 void cuda_backward(const BackwardParams& params);
 void cuda_forward_kvcache(const KvCacheParams& params);
+// The most workspace any kernel sequence cuda_forward_kvcache could pick for these shapes needs.
+int64_t cuda_kvcache_workspace_size(const KvCacheParams& params);
 #endif
 
 }  // namespace tileattn

@@ -72,6 +72,15 @@ int tileattn_forward_kvcache(const tileattn_kvcache_params* params) {
   return guarded([&] { tileattn::forward_kvcache(non_null(params)); });
 }
 
+int tileattn_kvcache_workspace_size(const tileattn_kvcache_params* params, int64_t* bytes) {
+  return guarded([&] {
+    if (bytes == nullptr) {
+      throw tileattn::Error(tileattn::ErrorCode::kInvalidArgument, "bytes", "bytes is a null pointer");
+    }
+    *bytes = tileattn::kvcache_workspace_size(non_null(params));
+  });
+}
+
 int tileattn_backward(const tileattn_bwd_params* params) {
   return guarded([&] { tileattn::backward(non_null(params)); });
 }

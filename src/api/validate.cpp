@@ -1,6 +1,7 @@
 #include "api/validate.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -259,6 +260,10 @@ void validate_kvcache(const KvCacheParams& p) {
     if (p.rotary_seqlen < 1) invalid("rotary_cos", "rotary_cos has ", p.rotary_seqlen, " positions");
   }
   if (p.num_splits < 0) invalid("num_splits", "num_splits is ", p.num_splits, "; it must be >= 0");
+  if (p.workspace_bytes < 0) invalid("workspace", "workspace_bytes is ", p.workspace_bytes, "; it must be >= 0");
+  if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 256 != 0) {
+    invalid("workspace", "the workspace must be 256-byte aligned");
+  }
 }
 
 void validate_kvcache_contents(const KvCacheParams& p) {

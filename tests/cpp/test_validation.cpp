@@ -269,6 +269,21 @@ TEST(Validation, KvCache) {
       },
       "block_table");
   expect_kvcache_error([](KvValid& v) { v.p.cache_batch_idx = v.batch_idx.data(); }, "cache_batch_idx");
+  expect_kvcache_error([](KvValid& v) { v.p.workspace_bytes = -1; }, "workspace");
+  expect_kvcache_error([](KvValid& v) { v.p.workspace = reinterpret_cast<char*>(v.q.data()) + 4; }, "workspace");
+}
+
+TEST(Validation, KvCacheWorkspaceSize) {
+  KvValid ok;
+  int64_t bytes = -1;
+  EXPECT_EQ(tileattn_kvcache_workspace_size(&ok.p, &bytes), TILEATTN_OK);
+  EXPECT_EQ(bytes, 0);  // the CPU backend takes no workspace
+  EXPECT_EQ(tileattn_kvcache_workspace_size(&ok.p, nullptr), TILEATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(tileattn_last_error_argument(), "bytes");
+  KvValid bad;
+  bad.p.cache_seqlens = nullptr;  // it validates like the call itself
+  EXPECT_EQ(tileattn_kvcache_workspace_size(&bad.p, &bytes), TILEATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(tileattn_last_error_argument(), "cache_seqlens");
 }
 
 TEST(Validation, CAbiReportsCodeAndArgument) {

@@ -79,13 +79,18 @@ bool tma_pays_off(const tileattn_kvcache_params& p) {
 // TMA staging needs compute capability 9.0 (TILEATTN_DECODE_FAMILY=sm80 opts out, sm90 uses it at
 // every size), a head dim the kernel's box is built for, 16-byte aligned caches, and tensor maps
 // the driver accepts.
+// The part of that which the shapes and the device decide (the pointers decide the rest).
+bool tma_possible(const tileattn_kvcache_params& p) {
+  const int head_dim = p.fwd.head_dim;
+  if (!cuda::sm90_family_allowed("TILEATTN_DECODE_FAMILY") || !cuda::is_sm90_device()) return false;
+  if (!cuda::sm90_family_forced("TILEATTN_DECODE_FAMILY") && !tma_pays_off(p)) return false;
+  return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
 bool setup_tma(cuda::decode::DecodeArgs& args) {
   const tileattn_kvcache_params& p = args.p;
   const ForwardParams& f = p.fwd;
-  if (!cuda::sm90_family_allowed("TILEATTN_DECODE_FAMILY") || !cuda::is_sm90_device()) return false;
-  if (!cuda::sm90_family_forced("TILEATTN_DECODE_FAMILY") && !tma_pays_off(p)) return false;
-  if (f.head_dim != 64 && f.head_dim != 128 && f.head_dim != 256) return false;
-  if (!args.vector_k || !args.vector_v) return false;
+  if (!tma_possible(p) || !args.vector_k || !args.vector_v) return false;
   const bool paged = p.block_table != nullptr;
   const int64_t rows = paged ? p.page_size : f.seqlen_k;
   const int64_t units = paged ? p.num_blocks : p.num_cache_entries;
@@ -101,21 +106,11 @@ bool setup_tma(cuda::decode::DecodeArgs& args) {
                           f.v_row_stride, f.v_batch_stride, args.tma_box_keys);
 }
 
-}  // namespace
-
-void cuda_forward_kvcache(const KvCacheParams& p) {
+// The launch arguments that the shapes decide (the pointers' alignment and the tensor maps are
+// the caller's to add).
+cuda::decode::DecodeArgs shape_args(const KvCacheParams& p) {
   using namespace cuda;
   const ForwardParams& f = p.fwd;
-  require_sm80();
-  const std::pair<const void*, const char*> pointers[] = {
-      {f.q, "q"}, {f.k, "k_cache"}, {f.v, "v_cache"}, {f.out, "out"}, {f.softmax_lse, "softmax_lse"},
-      {f.alibi_slopes, "alibi_slopes"}, {p.cache_seqlens, "cache_seqlens"}, {p.cache_batch_idx, "cache_batch_idx"},
-      {p.cache_leftpad, "cache_leftpad"}, {p.block_table, "block_table"}, {p.k_new, "k"}, {p.v_new, "v"},
-      {p.rotary_cos, "rotary_cos"}, {p.rotary_sin, "rotary_sin"}};
-  for (const auto& [ptr, name] : pointers) require_device_pointer(ptr, name);
-  if (f.batch == 0 || f.seqlen_q == 0 || f.num_heads == 0) return;
-  require_grid_fits(f);
-
   decode::DecodeArgs args{};
   args.p = p;
   args.group = f.num_heads / f.num_heads_k;
@@ -127,6 +122,38 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
     throw Error(ErrorCode::kUnsupported, "q",
                 "batch x KV heads x ceil(H / Hk x seqlen_q / 16) must fit in 2^31 CUDA blocks");
   }
+  return args;
+}
+
+}  // namespace
+
+int64_t cuda_kvcache_workspace_size(const KvCacheParams& p) {
+  using namespace cuda;
+  const ForwardParams& f = p.fwd;
+  require_sm80();
+  if (f.batch == 0 || f.seqlen_q == 0 || f.num_heads == 0) return 0;
+  require_grid_fits(f);
+  decode::DecodeArgs args = shape_args(p);
+  args.tma = tma_possible(p);
+  if (f.dtype == TILEATTN_FLOAT16) return decode::workspace_bytes<__half>(args);
+  if (f.dtype == TILEATTN_BFLOAT16) return decode::workspace_bytes<__nv_bfloat16>(args);
+  throw Error(ErrorCode::kDtype, "q", "the CUDA backend takes float16 or bfloat16");
+}
+
+void cuda_forward_kvcache(const KvCacheParams& p) {
+  using namespace cuda;
+  const ForwardParams& f = p.fwd;
+  require_sm80();
+  const std::pair<const void*, const char*> pointers[] = {
+      {f.q, "q"}, {f.k, "k_cache"}, {f.v, "v_cache"}, {f.out, "out"}, {f.softmax_lse, "softmax_lse"},
+      {f.alibi_slopes, "alibi_slopes"}, {p.cache_seqlens, "cache_seqlens"}, {p.cache_batch_idx, "cache_batch_idx"},
+      {p.cache_leftpad, "cache_leftpad"}, {p.block_table, "block_table"}, {p.k_new, "k"}, {p.v_new, "v"},
+      {p.rotary_cos, "rotary_cos"}, {p.rotary_sin, "rotary_sin"}, {p.workspace, "workspace"}};
+  for (const auto& [ptr, name] : pointers) require_device_pointer(ptr, name);
+  if (f.batch == 0 || f.seqlen_q == 0 || f.num_heads == 0) return;
+  require_grid_fits(f);
+
+  decode::DecodeArgs args = shape_args(p);
   args.vector_q = vector_aligned(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
   args.vector_k = vector_aligned(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride);
   args.vector_v = vector_aligned(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride);

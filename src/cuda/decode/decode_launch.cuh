@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "cuda/check.h"
 #include "cuda/decode/append_kernel.cuh"
@@ -82,26 +84,53 @@ void launch_programmatic(Kernel kernel, dim3 grid, int dynamic_smem, cudaStream_
   check_cuda(cudaLaunchKernelEx(&config, kernel, args), what);
 }
 
+// Split CTAs of one split: batch x row blocks x KV heads.
+inline int64_t split_ctas(const DecodeArgs& args) {
+  return static_cast<int64_t>(args.p.fwd.batch) * args.row_blocks * args.p.fwd.num_heads_k;
+}
+
+// The split count the kernel <T, kD, kHalves, kTma> runs with: the caller's, or the heuristic's.
+template <typename T, int kD, int kHalves, bool kTma>
+int split_count(const DecodeArgs& args) {
+  constexpr int step = kTma ? TmaRing<T, kD>::kKeys : kChunk;  // keys a warp takes at a time
+  return choose_num_splits(args.num_splits, split_ctas(args), prepare_split_kernel<T, kD, kHalves, kTma>(),
+                           args.p.fwd.seqlen_k, step);
+}
+
+// The workspace of `splits` partial results: O (splits, B, H, Sq, D) then LSE (splits, B, H, Sq),
+// float32, each starting on a 256-byte boundary; none for one split.
+struct PartialLayout {
+  int64_t lse_offset, bytes;
+};
+
+inline PartialLayout partial_layout(int splits, const tileattn_fwd_params& f) {
+  if (splits <= 1) return {0, 0};
+  const auto round_up = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const int64_t rows = static_cast<int64_t>(splits) * f.batch * f.num_heads * f.seqlen_q;
+  const int64_t o_bytes = round_up(rows * f.head_dim * static_cast<int64_t>(sizeof(float)));
+  return {o_bytes, o_bytes + round_up(rows * static_cast<int64_t>(sizeof(float)))};
+}
+
 template <typename T, int kD, int kHalves, bool kTma>
 void launch_split(DecodeArgs args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
-  const int resident = prepare_split_kernel<T, kD, kHalves, kTma>();
   constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
-  const int64_t ctas = static_cast<int64_t>(f.batch) * args.row_blocks * f.num_heads_k;
-  constexpr int step = kTma ? TmaRing<T, kD>::kKeys : kChunk;  // keys a warp takes at a time
-  args.num_splits = choose_num_splits(args.num_splits, ctas, resident, f.seqlen_k, step);
-  const dim3 grid(static_cast<unsigned>(ctas), args.num_splits);
+  args.num_splits = split_count<T, kD, kHalves, kTma>(args);
+  const dim3 grid(static_cast<unsigned>(split_ctas(args)), args.num_splits);
   if (args.num_splits == 1) {
     launch_programmatic(split_kernel<T, kD, kHalves, kTma>, grid, dynamic_smem, stream, args,
                         "decode split kernel launch");
     return;
   }
-  const int64_t rows = static_cast<int64_t>(f.batch) * f.num_heads * f.seqlen_q;
-  StreamWorkspace partial(stream);  // freed on the stream after the combine
-  args.o_partial = partial.floats(args.num_splits * rows * f.head_dim, false);
-  args.lse_partial = partial.floats(args.num_splits * rows, false);
+  const PartialLayout layout = partial_layout(args.num_splits, f);
+  std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the combine
+  char* base = static_cast<char*>(args.p.workspace);  // run_decode checked its size
+  if (base == nullptr) base = reinterpret_cast<char*>(pool.emplace(stream).floats(layout.bytes / sizeof(float), false));
+  args.o_partial = reinterpret_cast<float*>(base);
+  args.lse_partial = reinterpret_cast<float*>(base + layout.lse_offset);
   launch_programmatic(split_kernel<T, kD, kHalves, kTma>, grid, dynamic_smem, stream, args,
                       "decode split kernel launch");
+  const int64_t rows = static_cast<int64_t>(f.batch) * f.num_heads * f.seqlen_q;  // one combine CTA a row
   launch_programmatic(combine_kernel<T>, dim3(static_cast<unsigned>(rows)), 0, stream, args,
                       "decode combine kernel launch");
 }
@@ -117,9 +146,39 @@ void run_split(DecodeArgs args, cudaStream_t stream) {
   }
 }
 
+// The most workspace a call can need: over the register kernel and, when args.tma says the call
+// may take it (the pointers decide at launch), the TMA kernel, whose split count can differ.
+template <typename T, int kD, int kHalves>
+int64_t bucket_workspace_bytes(const DecodeArgs& args) {
+  int splits = split_count<T, kD, kHalves, false>(args);
+  if (args.tma && args.p.fwd.head_dim == kD) splits = std::max(splits, split_count<T, kD, kHalves, true>(args));
+  return partial_layout(splits, args.p.fwd).bytes;
+}
+
+template <typename T>
+int64_t workspace_bytes(const DecodeArgs& args) {
+  const int head_dim = args.p.fwd.head_dim;
+  const bool half_rows = args.rows <= kRows / 2;
+  if (head_dim <= 64) {
+    return half_rows ? bucket_workspace_bytes<T, 64, 1>(args) : bucket_workspace_bytes<T, 64, 2>(args);
+  } else if (head_dim <= 128) {
+    return half_rows ? bucket_workspace_bytes<T, 128, 1>(args) : bucket_workspace_bytes<T, 128, 2>(args);
+  }
+  return half_rows ? bucket_workspace_bytes<T, 256, 1>(args) : bucket_workspace_bytes<T, 256, 2>(args);
+}
+
 template <typename T>
 void run_decode(DecodeArgs args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
+  // Before the append, so a refused call changes nothing.
+  if (args.p.workspace != nullptr) {
+    const int64_t needed = workspace_bytes<T>(args);
+    if (args.p.workspace_bytes < needed) {
+      throw Error(ErrorCode::kInvalidArgument, "workspace",
+                  "the call needs " + std::to_string(needed) + " bytes of workspace, got " +
+                      std::to_string(args.p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
+    }
+  }
   if (args.p.k_new != nullptr) {
     append_kernel<T><<<dim3(args.p.seqlen_new, f.batch), kThreads, 0, stream>>>(args);
     check_cuda(cudaGetLastError(), "decode append kernel launch");
@@ -135,6 +194,8 @@ void run_decode(DecodeArgs args, cudaStream_t stream) {
   }
 }
 
-#define TILEATTN_INSTANTIATE_DECODE(T) template void run_decode<T>(DecodeArgs, cudaStream_t);
+#define TILEATTN_INSTANTIATE_DECODE(T)                          \
+  template void run_decode<T>(DecodeArgs, cudaStream_t);       \
+  template int64_t workspace_bytes<T>(const DecodeArgs&);
 
 }  // namespace tileattn::cuda::decode

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "cuda/decode/decode_args.h"
 
 namespace tileattn::cuda::decode {
@@ -12,5 +14,10 @@ namespace tileattn::cuda::decode {
 // split, the combine kernel, all on `stream`.  args.num_splits holds the caller's request.
 template <typename T>
 void run_decode(DecodeArgs args, cudaStream_t stream);
+
+// Bytes of workspace run_decode may need for these args (args.tma: whether the TMA kernel is
+// possible for the call), the most over the kernels it could pick; 0 when none splits.
+template <typename T>
+int64_t workspace_bytes(const DecodeArgs& args);
 
 }  // namespace tileattn::cuda::decode

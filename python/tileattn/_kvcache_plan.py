@@ -1,0 +1,129 @@
+"""Repeated flash_attn_with_kvcache calls without repeating the checks their signature passed.
+
+A decode loop calls flash_attn_with_kvcache once per layer per token, with tensors whose shapes,
+strides, dtypes and devices repeat; only the data pointers change.  Checking the arguments and
+filling the parameter struct from tensor attributes cost ~29 us a call on the 2-core CI host and
+~45 us on the H200's host (session 22): more than the kernels of a 1 x 32k step (37 us), and
+more than SDPA's whole cuDNN call on that host (20 us).
+
+A call's signature is everything the Python checks and the struct depend on except the data
+pointers and the stream: each tensor's shape, strides, dtype and device (or None), and each option
+with its type.  When an eager call succeeds, its struct is kept under its signature; the next call
+with that signature copies the struct and writes only the pointers, the stream and the thread
+count.  Nothing is lost in checking: the library validates the struct on every call (the
+pointers, device memory, alignment, the index tensors' contents in the kernel), and a signature
+that failed a check never gets a plan.  Calls that copy an input (a last dim that is not
+contiguous) or that autograd or a tracer must see always take the full path.
+"""
+
+import torch
+
+from . import _ffi, _ops
+
+# Distinct signatures kept.  A model's layers share one signature per step shape; a server that
+# varies batch or seqlen_q adds one per shape, and past this many the cache starts over.
+_MAX_PLANS = 64
+_plans = {}
+hits = 0  # calls served from a plan since import (tests check the fast path really ran)
+
+
+def _tensor(x):
+    # type and requires_grad too: a plan exists only for plain tensors that autograd need not see
+    return None if x is None else (type(x), x.shape, x.stride(), x.dtype, x.device, x.requires_grad)
+
+
+def signature(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+              cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+              rotary_interleaved, alibi_slopes, num_splits):
+    """The call's signature, or None when it cannot have one (an argument without tensor
+    attributes): such calls take the full path, which says what is wrong.  The signature may be
+    unhashable (a list option); run() and store() then ignore it."""
+    # Under dynamo the call is traced into a graph, never replayed from here (is_compiling()
+    # is a constant True to dynamo, so none of the lookups below get traced).
+    if torch.compiler.is_compiling() or type(window_size) is not tuple or len(window_size) != 2:
+        return None
+    left, right = window_size
+    seqlens = (_tensor(cache_seqlens) if isinstance(cache_seqlens, torch.Tensor)
+               else (type(cache_seqlens),))
+    try:
+        return (_tensor(q), _tensor(k_cache), _tensor(v_cache), _tensor(k), _tensor(v),
+                _tensor(rotary_cos), _tensor(rotary_sin), seqlens, _tensor(cache_batch_idx),
+                _tensor(cache_leftpad), _tensor(block_table), _tensor(alibi_slopes),
+                torch.is_grad_enabled(), type(softmax_scale), softmax_scale, type(causal), causal,
+                type(left), left, type(right), right, type(softcap), softcap,
+                type(rotary_interleaved), rotary_interleaved, type(num_splits), num_splits)
+    except AttributeError:
+        return None
+
+
+def store(key, params, lse):
+    """Keep an accepted call's parameters for the next call with its signature."""
+    try:
+        hash(key)
+    except TypeError:
+        return
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()
+    _plans[key] = (params, tuple(lse.shape), params.fwd.device == _ffi.DEVICE_CUDA,
+                   params.workspace_bytes)
+
+
+def _traced():
+    # what _ops._traced checks beyond dynamo (signature() did) and the tensors' types (the
+    # signature holds them): a dispatch mode such as make_fx, or a functorch transform
+    return (torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._functorch.peek_interpreter_stack() is not None)
+
+
+def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, alibi_slopes):
+    """(out, lse) from the plan of `key`, or None when the full path must run: no plan, a tracer
+    active, or q on a device other than the current one (the full path switches to it)."""
+    global hits
+    try:
+        plan = _plans.get(key)
+    except TypeError:
+        return None
+    if plan is None or _traced():
+        return None
+    template, lse_shape, on_cuda, workspace_bytes = plan
+    if on_cuda:
+        index = q.device.index
+        if index != torch.cuda.current_device():
+            return None
+    if not isinstance(cache_seqlens, torch.Tensor):  # an int, as the full path takes it
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    out = _ops._new_output(q)
+    lse = _ops._new_output(q, lse_shape, torch.float32)
+    params = _ffi.KvCacheParams.from_buffer_copy(template)
+    fwd = params.fwd
+    fwd.q, fwd.k, fwd.v = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr()
+    fwd.out, fwd.softmax_lse = out.data_ptr(), lse.data_ptr()
+    if on_cuda:
+        fwd.stream = _ops._current_stream(q.device)
+    else:
+        fwd.num_threads = torch.get_num_threads()
+    params.cache_seqlens = cache_seqlens.data_ptr()
+    # Optional tensors: the signature fixes which are present; absent ones stay 0 from the plan.
+    if alibi_slopes is not None:
+        fwd.alibi_slopes = alibi_slopes.data_ptr()
+    if cache_batch_idx is not None:
+        params.cache_batch_idx = cache_batch_idx.data_ptr()
+    if cache_leftpad is not None:
+        params.cache_leftpad = cache_leftpad.data_ptr()
+    if block_table is not None:
+        params.block_table = block_table.data_ptr()
+    if k is not None:
+        params.k_new, params.v_new = k.data_ptr(), v.data_ptr()
+    if rotary_cos is not None:
+        params.rotary_cos, params.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
+    try:
+        _ops.forward_kvcache(params, workspace_bytes)
+    except _ffi.InvalidArgumentError as error:
+        if error.argument != "workspace":
+            raise
+        # The kernel choice moved under the plan (TILEATTN_DECODE_FAMILY changed): start over.
+        del _plans[key]
+        return None
+    hits += 1
+    return out, lse
