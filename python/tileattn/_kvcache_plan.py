@@ -19,17 +19,11 @@ contiguous) or that autograd or a tracer must see always take the full path.
 import torch
 
 from . import _ffi, _ops
+from ._plans import Plans, on_other_device, tensor_key, traced
 
-# Distinct signatures kept.  A model's layers share one signature per step shape; a server that
-# varies batch or seqlen_q adds one per shape, and past this many the cache starts over.
-_MAX_PLANS = 64
-_plans = {}
+_plans = Plans()
 hits = 0  # calls served from a plan since import (tests check the fast path really ran)
-
-
-def _tensor(x):
-    # type and requires_grad too: a plan exists only for plain tensors that autograd need not see
-    return None if x is None else (type(x), x.shape, x.stride(), x.dtype, x.device, x.requires_grad)
+_tensor = tensor_key
 
 
 def signature(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
@@ -58,21 +52,8 @@ def signature(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
 
 def store(key, params, lse):
     """Keep an accepted call's parameters for the next call with its signature."""
-    try:
-        hash(key)
-    except TypeError:
-        return
-    if len(_plans) >= _MAX_PLANS:
-        _plans.clear()
-    _plans[key] = (params, tuple(lse.shape), params.fwd.device == _ffi.DEVICE_CUDA,
-                   params.workspace_bytes)
-
-
-def _traced():
-    # what _ops._traced checks beyond dynamo (signature() did) and the tensors' types (the
-    # signature holds them): a dispatch mode such as make_fx, or a functorch transform
-    return (torch._C._len_torch_dispatch_stack() > 0
-            or torch._C._functorch.peek_interpreter_stack() is not None)
+    _plans.store(key, (params, tuple(lse.shape), params.fwd.device == _ffi.DEVICE_CUDA,
+                       params.workspace_bytes))
 
 
 def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
@@ -80,17 +61,12 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     """(out, lse) from the plan of `key`, or None when the full path must run: no plan, a tracer
     active, or q on a device other than the current one (the full path switches to it)."""
     global hits
-    try:
-        plan = _plans.get(key)
-    except TypeError:
-        return None
-    if plan is None or _traced():
+    plan = _plans.get(key)
+    if plan is None or traced():
         return None
     template, lse_shape, on_cuda, workspace_bytes = plan
-    if on_cuda:
-        index = q.device.index
-        if index != torch.cuda.current_device():
-            return None
+    if on_cuda and on_other_device(q):
+        return None
     if not isinstance(cache_seqlens, torch.Tensor):  # an int, as the full path takes it
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     out = _ops._new_output(q)
@@ -123,7 +99,7 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
         if error.argument != "workspace":
             raise
         # The kernel choice moved under the plan (TILEATTN_DECODE_FAMILY changed): start over.
-        del _plans[key]
+        _plans.drop(key)
         return None
     hits += 1
     return out, lse

@@ -232,7 +232,22 @@ def _fwd_impl(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, softmax_scale: 
 def _fwd_run(q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
              return_probs):
     """The forward's launch: (out, lse, probs or None, philox seed, philox offset)."""
-    q, k, v, alibi_slopes = (_last_dim_contiguous(x) for x in (q, k, v, alibi_slopes))
+    params, out, lse, probs, seed, offset, copies = _fwd_params(
+        q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+        return_probs)
+    _on_device(q.device, _ffi.library().forward, params)
+    del copies  # alive until the library has read them
+    return out, lse, probs, seed, offset
+
+
+def _fwd_params(q, k, v, dropout_p, softmax_scale, window_left, window_right, softcap,
+                alibi_slopes, return_probs):
+    """(params, out, lse, probs or None, seed, offset, copies) of one forward; `copies` holds the
+    inputs copied to make a last dim contiguous, which params point at (keep it until the call
+    returns)."""
+    given = (q, k, v, alibi_slopes)
+    q, k, v, alibi_slopes = (_last_dim_contiguous(x) for x in given)
+    copies = tuple(b for a, b in zip(given, (q, k, v, alibi_slopes)) if a is not b)
     batch, seqlen_q, num_heads, _ = q.shape
     seqlen_k = k.shape[1]
     out = _new_output(q)
@@ -246,8 +261,7 @@ def _fwd_run(q, k, v, dropout_p, softmax_scale, window_left, window_right, softc
                   seqused_k=None, dropout_p=dropout_p, softmax_scale=softmax_scale,
                   window_left=window_left, window_right=window_right, softcap=softcap,
                   alibi_slopes=alibi_slopes, seed=seed, offset=offset)
-    _on_device(q.device, _ffi.library().forward, params)
-    return out, lse, probs, seed, offset
+    return params, out, lse, probs, seed, offset, copies
 
 
 fwd = torch.library.custom_op("tileattn::fwd", mutates_args=())(_fwd_impl)
@@ -623,8 +637,17 @@ _fwd_direct = _direct(_fwd_run)
 _varlen_fwd_direct = _direct(_varlen_fwd_run)
 
 
-def call_fwd(q, k, v, *options):
-    return _call(torch.ops.tileattn.fwd, _EagerFwd, _fwd_direct, (q, k, v), (q, k, v, *options))
+def call_fwd(q, k, v, *options, on_success=None):
+    """`on_success(params, lse)`, when given, sees the parameters of a call that neither autograd
+    nor a tracer sees, after the library accepted them (_fwd_plan keeps them for the next call
+    with the same signature); calls with dropout or attention probabilities are not shown."""
+    if on_success is None or _dispatch_needed(q, k, v):
+        return _call(torch.ops.tileattn.fwd, _EagerFwd, _fwd_direct, (q, k, v), (q, k, v, *options))
+    params, out, lse, probs, seed, offset, copies = _fwd_params(q, k, v, *options[:-1])
+    _on_device(q.device, _ffi.library().forward, params)
+    if not copies and probs is None and options[0] == 0:
+        on_success(params, lse)
+    return out, lse, probs, None
 
 
 def call_varlen_fwd(q, k, v, *options):

@@ -21,7 +21,7 @@ through torch.library custom ops, and traces under torch.compile(fullgraph=True)
 
 import torch
 
-from . import _kvcache_plan, _ops
+from . import _fwd_plan, _kvcache_plan, _ops
 from ._checks import Checker
 from ._ffi import DtypeError, InvalidArgumentError
 
@@ -48,7 +48,7 @@ def _options(check, q, dropout_p, softmax_scale, causal, window_size, softcap):
 
 
 def _batch_attention(check, q, k, v, names, dropout_p, softmax_scale, causal, window_size,
-                     softcap, alibi_slopes, deterministic, return_attn_probs):
+                     softcap, alibi_slopes, deterministic, return_attn_probs, plan=None):
     for name, x in zip(names, (q, k, v)):
         check.dims(x, name, 4, _BATCH_LAYOUT)
     check.dtype_and_device(list(zip(names, (q, k, v))))
@@ -59,7 +59,8 @@ def _batch_attention(check, q, k, v, names, dropout_p, softmax_scale, causal, wi
                                sdpa_heads=q.shape[1])
     out, lse, probs, _ = _ops.call_fwd(
         q, k, v, dropout_p, scale, left, right, softcap, alibi_slopes, bool(return_attn_probs),
-        bool(deterministic))
+        bool(deterministic),
+        on_success=None if plan is None else lambda params, lse: _fwd_plan.store(plan, params, lse))
     return (out, lse, probs) if return_attn_probs else out
 
 
@@ -164,9 +165,16 @@ def flash_attn_func(
     deterministic: bitwise-reproducible backward; return_attn_probs: also return
     (softmax_lse, attn_probs), for testing.
     """
+    plan = _fwd_plan.signature(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                               alibi_slopes, deterministic, return_attn_probs)
+    if plan is not None:
+        out = _fwd_plan.run(plan, q, k, v, alibi_slopes)
+        if out is not None:
+            return out
     check = Checker("flash_attn_func")
     return _batch_attention(check, q, k, v, ("q", "k", "v"), dropout_p, softmax_scale, causal,
-                            window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+                            window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+                            plan=plan)
 
 
 def flash_attn_varlen_qkvpacked_func(

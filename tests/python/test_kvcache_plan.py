@@ -88,9 +88,9 @@ def test_an_int_cache_seqlens_is_made_per_call(device):
 
 
 def test_plans_stay_bounded():
-    for splits in range(1, _kvcache_plan._MAX_PLANS + 10):
+    for splits in range(1, _kvcache_plan._plans.limit + 10):
         tileattn.flash_attn_with_kvcache(**dict(_small_args("cpu"), num_splits=splits))
-    assert 0 < len(_kvcache_plan._plans) <= _kvcache_plan._MAX_PLANS
+    assert 0 < len(_kvcache_plan._plans) <= _kvcache_plan._plans.limit
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA backend")

@@ -1,0 +1,59 @@
+"""What the repeat-call fast paths (_kvcache_plan.py, _fwd_plan.py) share: a call's signature is
+everything the Python checks and the parameter struct depend on except data pointers and the
+stream; a plan is the struct of an earlier accepted call with that signature, which the next such
+call copies and fills with its own pointers.  The library validates the struct on every call, so
+a plan skips only Python-side checks that an identical signature already passed."""
+
+import torch
+
+
+def tensor_key(x):
+    # type and requires_grad too: plans exist only for plain tensors that autograd need not see
+    return None if x is None else (type(x), x.shape, x.stride(), x.dtype, x.device, x.requires_grad)
+
+
+def traced():
+    """What _ops._traced checks beyond dynamo (signatures are None under it) and the tensors'
+    types (signatures hold them): a dispatch mode such as make_fx, or a functorch transform."""
+    return (torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._functorch.peek_interpreter_stack() is not None)
+
+
+def on_other_device(x):
+    """Whether CUDA tensor `x` is on another device than the current one: the full path switches
+    to it, while a plan's call would launch on the current one."""
+    return x.device.index != torch.cuda.current_device()
+
+
+class Plans:
+    """Plans by signature, at most `limit` of them: a model's layers share one signature per
+    shape, a server whose batch or lengths vary adds one per shape, and past the limit the cache
+    starts over.  A signature that cannot be hashed (a list option) never has a plan."""
+
+    def __init__(self, limit=64):
+        self.limit = limit
+        self._plans = {}
+
+    def get(self, key):
+        try:
+            return self._plans.get(key)
+        except TypeError:
+            return None
+
+    def store(self, key, plan):
+        try:
+            hash(key)
+        except TypeError:
+            return
+        if len(self._plans) >= self.limit:
+            self._plans.clear()
+        self._plans[key] = plan
+
+    def drop(self, key):
+        self._plans.pop(key, None)
+
+    def clear(self):
+        self._plans.clear()
+
+    def __len__(self):
+        return len(self._plans)
