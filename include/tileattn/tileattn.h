@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below changes layout; bindings compare it with their own copy. */
-#define TILEATTN_ABI_VERSION 3
+#define TILEATTN_ABI_VERSION 4
 
 typedef enum tileattn_dtype {
   TILEATTN_FLOAT16 = 0,
@@ -127,6 +127,11 @@ typedef struct tileattn_bwd_params {
   void* dv;
   int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
   int32_t deterministic; /* nonzero: bitwise-reproducible gradients (the CPU backend always is) */
+  /* Scratch for the float32 accumulators (CUDA): NULL lets the library take it from its own
+   * stream-ordered pool; otherwise at least tileattn_backward_workspace_size() bytes, on the
+   * terms of tileattn_kvcache_params.workspace. */
+  void* workspace;
+  int64_t workspace_bytes;
 } tileattn_bwd_params;
 
 /* Decoding over a KV cache: flash-attn 2.x's flash_attn_with_kvcache.
@@ -186,6 +191,9 @@ TILEATTN_API void tileattn_kvcache_params_init(tileattn_kvcache_params* params);
  * argument (both thread-local, valid until the next call on this thread). */
 TILEATTN_API int tileattn_forward(const tileattn_fwd_params* params);
 TILEATTN_API int tileattn_backward(const tileattn_bwd_params* params);
+/* Validates like tileattn_backward, then stores in *bytes the workspace those params may need (0
+ * on the CPU): the most over the kernels the shapes allow, never depending on the pointers. */
+TILEATTN_API int tileattn_backward_workspace_size(const tileattn_bwd_params* params, int64_t* bytes);
 /* Appends to the cache (when k_new is given), then attends.  On CUDA the index arrays are not
  * read on the host: see src/api/dispatch.cpp for what happens when their contents are wrong. */
 TILEATTN_API int tileattn_forward_kvcache(const tileattn_kvcache_params* params);

@@ -12,7 +12,7 @@ import os
 import threading
 from pathlib import Path
 
-ABI_VERSION = 3  # TILEATTN_ABI_VERSION this mirror was written against
+ABI_VERSION = 4  # TILEATTN_ABI_VERSION this mirror was written against
 
 # tileattn_dtype / tileattn_device / tileattn_status
 FLOAT16, BFLOAT16, FLOAT32 = 0, 1, 2
@@ -70,6 +70,7 @@ class BwdParams(ctypes.Structure):
         ("dv", _ptr),
         ("dv_batch_stride", _i64), ("dv_row_stride", _i64), ("dv_head_stride", _i64),
         ("deterministic", _i32),
+        ("workspace", _ptr), ("workspace_bytes", _i64),
     ]
 
 
@@ -152,6 +153,9 @@ class _Library:
         lib.tileattn_kvcache_workspace_size.argtypes = [ctypes.POINTER(KvCacheParams),
                                                         ctypes.POINTER(ctypes.c_int64)]
         lib.tileattn_kvcache_workspace_size.restype = ctypes.c_int
+        lib.tileattn_backward_workspace_size.argtypes = [ctypes.POINTER(BwdParams),
+                                                         ctypes.POINTER(ctypes.c_int64)]
+        lib.tileattn_backward_workspace_size.restype = ctypes.c_int
         for name in ("tileattn_last_error", "tileattn_last_error_argument"):
             getattr(lib, name).argtypes = []
             getattr(lib, name).restype = ctypes.c_char_p
@@ -183,6 +187,7 @@ class _Library:
         self._backward = lib.tileattn_backward
         self._forward_kvcache = lib.tileattn_forward_kvcache
         self._kvcache_workspace_size = lib.tileattn_kvcache_workspace_size
+        self._backward_workspace_size = lib.tileattn_backward_workspace_size
         self._last_error = lib.tileattn_last_error
         self._last_error_argument = lib.tileattn_last_error_argument
 
@@ -210,8 +215,14 @@ class _Library:
             self._raise(status)
 
     def kvcache_workspace_size(self, params):
+        return self._size(self._kvcache_workspace_size, params)
+
+    def backward_workspace_size(self, params):
+        return self._size(self._backward_workspace_size, params)
+
+    def _size(self, function, params):
         size = ctypes.c_int64()
-        status = self._kvcache_workspace_size(ctypes.byref(params), ctypes.byref(size))
+        status = function(ctypes.byref(params), ctypes.byref(size))
         if status != OK:
             self._raise(status)
         return size.value

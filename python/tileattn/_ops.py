@@ -296,7 +296,7 @@ def _bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softma
                   window_left=window_left, window_right=window_right, softcap=softcap,
                   alibi_slopes=alibi_slopes, seed=seed, offset=offset)
     _fill_backward(params, dout, dq, dk, dv, deterministic)
-    _on_device(q.device, _ffi.library().backward, params)
+    _on_device(q.device, backward, params)
     return dq, dk, dv
 
 
@@ -405,7 +405,7 @@ def _varlen_bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                   window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
                   seed=seed, offset=offset)
     _fill_backward(params, dout, dq, dk, dv, deterministic)
-    _on_device(q.device, _ffi.library().backward, params)
+    _on_device(q.device, backward, params)
     return dq, dk, dv
 
 
@@ -488,25 +488,36 @@ def _kvcache_fwd_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
     return out, lse
 
 
-def forward_kvcache(params, workspace_bytes=None):
-    """The library call, its split-KV scratch from torch's allocator (of `workspace_bytes`, or of
-    the size the library asks for).  The library's own stream-ordered pool is not used here: on
-    the H200 every CUDA-graph capture of a call that took scratch from it added ~5.5 us of GPU
-    time to each later eager call, for good (1 x 2k: 39 us -> 127 us after 16 captures, also
-    after the graphs were freed; session 22).  torch's allocator knows about graphs -- a capture
-    allocates from the graph's private pool -- and the block it hands out here is stream-ordered
-    on the call's stream.  Returns the workspace size, for a plan to reuse."""
-    lib = _ffi.library()
+def _with_workspace(params, on_cuda, size_of, call, workspace_bytes):
+    """`call(params)` with the CUDA scratch from torch's allocator (of `workspace_bytes`, or of
+    the size `size_of(params)` gives).  The library's own stream-ordered pool is not used here: on
+    the H200 every CUDA-graph capture of a decode call that took scratch from it added ~5.5 us of
+    GPU time to each later eager call, for good (1 x 2k: 39 us -> 127 us after 16 captures, also
+    after the graphs were freed), and a GQA backward's ~20 us (session 22).  torch's allocator
+    knows about graphs -- a capture allocates from the graph's private pool -- and the block it
+    hands out here is stream-ordered on the call's stream.  Returns the size, for a plan."""
     workspace = None
-    if params.fwd.device == _ffi.DEVICE_CUDA:
+    if on_cuda:
         if workspace_bytes is None:
-            workspace_bytes = lib.kvcache_workspace_size(params)
+            workspace_bytes = size_of(params)
         if workspace_bytes:
             workspace = torch.empty(workspace_bytes, dtype=torch.uint8,
                                     device=torch.device("cuda", torch.cuda.current_device()))
             params.workspace, params.workspace_bytes = workspace.data_ptr(), workspace_bytes
-    lib.forward_kvcache(params)
+    call(params)
     return workspace_bytes
+
+
+def forward_kvcache(params, workspace_bytes=None):
+    lib = _ffi.library()
+    return _with_workspace(params, params.fwd.device == _ffi.DEVICE_CUDA,
+                           lib.kvcache_workspace_size, lib.forward_kvcache, workspace_bytes)
+
+
+def backward(params, workspace_bytes=None):
+    lib = _ffi.library()
+    return _with_workspace(params, params.fwd.device == _ffi.DEVICE_CUDA,
+                           lib.backward_workspace_size, lib.backward, workspace_bytes)
 
 
 def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,

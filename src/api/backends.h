@@ -13,6 +13,8 @@ void cpu_forward_kvcache(const KvCacheParams& params);
 #ifdef TILEATTN_WITH_CUDA
 void cuda_forward(const ForwardParams& params);
 void cuda_backward(const BackwardParams& params);
+// The most workspace the kernel sequences cuda_backward could pick for these shapes need.
+int64_t cuda_backward_workspace_size(const BackwardParams& params);
 void cuda_forward_kvcache(const KvCacheParams& params);
 // The most workspace any kernel sequence cuda_forward_kvcache could pick for these shapes needs.
 int64_t cuda_kvcache_workspace_size(const KvCacheParams& params);

@@ -81,6 +81,15 @@ int tileattn_kvcache_workspace_size(const tileattn_kvcache_params* params, int64
   });
 }
 
+int tileattn_backward_workspace_size(const tileattn_bwd_params* params, int64_t* bytes) {
+  return guarded([&] {
+    if (bytes == nullptr) {
+      throw tileattn::Error(tileattn::ErrorCode::kInvalidArgument, "bytes", "bytes is a null pointer");
+    }
+    *bytes = tileattn::backward_workspace_size(non_null(params));
+  });
+}
+
 int tileattn_backward(const tileattn_bwd_params* params) {
   return guarded([&] { tileattn::backward(non_null(params)); });
 }

@@ -91,6 +91,16 @@ void forward_kvcache(const KvCacheParams& params) {
 #endif
 }
 
+int64_t backward_workspace_size(const BackwardParams& params) {
+  validate_backward(params);
+  if (params.fwd.device == TILEATTN_DEVICE_CPU) return 0;
+#ifdef TILEATTN_WITH_CUDA
+  return cuda_backward_workspace_size(params);
+#else
+  cuda_not_built();
+#endif
+}
+
 int64_t kvcache_workspace_size(const KvCacheParams& params) {
   validate_kvcache(params);
   if (params.fwd.device == TILEATTN_DEVICE_CPU) return 0;

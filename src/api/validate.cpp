@@ -178,7 +178,19 @@ void validate_forward(const ForwardParams& p) {
   check_probs(p);
 }
 
+namespace {
+
+void check_workspace(const void* workspace, int64_t bytes) {
+  if (bytes < 0) invalid("workspace", "workspace_bytes is ", bytes, "; it must be >= 0");
+  if (workspace != nullptr && reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
+    invalid("workspace", "the workspace must be 256-byte aligned");
+  }
+}
+
+}  // namespace
+
 void validate_backward(const BackwardParams& p) {
+  check_workspace(p.workspace, p.workspace_bytes);
   // The forward's arguments, read again: out and softmax_lse are inputs here.
   ForwardParams f = p.fwd;
   f.attn_probs = nullptr;
@@ -260,10 +272,7 @@ void validate_kvcache(const KvCacheParams& p) {
     if (p.rotary_seqlen < 1) invalid("rotary_cos", "rotary_cos has ", p.rotary_seqlen, " positions");
   }
   if (p.num_splits < 0) invalid("num_splits", "num_splits is ", p.num_splits, "; it must be >= 0");
-  if (p.workspace_bytes < 0) invalid("workspace", "workspace_bytes is ", p.workspace_bytes, "; it must be >= 0");
-  if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 256 != 0) {
-    invalid("workspace", "the workspace must be 256-byte aligned");
-  }
+  check_workspace(p.workspace, p.workspace_bytes);
 }
 
 void validate_kvcache_contents(const KvCacheParams& p) {

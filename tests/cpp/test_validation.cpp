@@ -200,6 +200,12 @@ TEST(Validation, Backward) {
   expect_backward_error([](Valid& v) { v.b.dv = nullptr; }, "dv");
   expect_backward_error([](Valid& v) { v.b.fwd.num_heads_k = 3; }, "k");
   expect_backward_error([](Valid& v) { v.b.fwd.out = nullptr; }, "out");
+  expect_backward_error([](Valid& v) { v.b.workspace_bytes = -1; }, "workspace");
+  expect_backward_error([](Valid& v) { v.b.workspace = reinterpret_cast<char*>(v.b.dq) + 4; }, "workspace");
+  Valid ok;
+  int64_t bytes = -1;
+  EXPECT_EQ(tileattn_backward_workspace_size(&ok.b, &bytes), TILEATTN_OK);
+  EXPECT_EQ(bytes, 0);  // the CPU backend takes no workspace
 }
 
 // A valid decode call: B=2, one query token, H=4 over Hk=2, D=8, a contiguous cache of 2 x 16.

@@ -186,3 +186,22 @@ def tileattn_auto_family(x):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TILEATTN_FORWARD_FAMILY", "auto")
         return flash_attn_func(x, x, x)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and tileattn.has_cuda()),
+                    reason="needs the CUDA backend")
+@pytest.mark.parametrize("heads_k", [4, 2])
+def test_cuda_backward_refuses_a_short_workspace(monkeypatch, heads_k):
+    """The package takes the backward's scratch from torch at the size the library asks for; a
+    workspace shorter than that is refused naming it (GQA needs the expanded dK/dV too)."""
+    from tileattn import _ffi
+    lib = _ffi.library()
+    real, sizes = lib.backward_workspace_size, []
+    monkeypatch.setattr(lib, "backward_workspace_size", lambda p: sizes.append(real(p)) or 256)
+    qc = t(1, 64, 4, 64, dtype=torch.bfloat16, device="cuda").requires_grad_()
+    kc, vc = (t(1, 64, heads_k, 64, dtype=torch.bfloat16, device="cuda").requires_grad_()
+              for _ in range(2))
+    out = flash_attn_func(qc, kc, vc, causal=True)
+    with pytest.raises(_ffi.InvalidArgumentError) as info:
+        out.sum().backward()
+    assert info.value.argument == "workspace" and sizes[0] > 256

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "api/backends.h"
@@ -116,6 +117,60 @@ bwd::BwdArgs::WarpSpecialized warp_specialized_choice() {
               std::string("TILEATTN_BACKWARD_WS must be auto, 0 or 1, got '") + value + "'");
 }
 
+// The scratch the kernel sequence needs, carved in order from one workspace, each part on a
+// 256-byte boundary; with base == nullptr only counted.  The size query and the call carve with
+// this one function, so they agree.  Returns the bytes used.
+int64_t carve_scratch(bwd::BwdArgs& args, bool fa2, char* base) {
+  const ForwardParams& f = args.p.fwd;
+  int64_t used = 0;
+  const auto take = [&](int64_t count, size_t element) {
+    char* part = base == nullptr ? nullptr : base + used;
+    used += (count * static_cast<int64_t>(element) + 255) / 256 * 256;
+    return part;
+  };
+  args.delta = reinterpret_cast<float*>(take(f.num_heads * args.q_rows, sizeof(float)));
+  args.dq_accum = nullptr;
+  args.dq_turns = nullptr;
+  args.dk_expanded = args.dv_expanded = nullptr;
+  // dQ accumulates in float32 atomics, except on the fallback's deterministic path.
+  if (fa2 || !args.deterministic) {
+    // The FA2 kernel's rows are padded to the bucket: a compile-time pitch makes every atomic's
+    // address an immediate offset from one per-thread pointer (no address registers to spill).
+    args.dq_pitch = fa2 ? bwd::head_dim_bucket(f.head_dim) : f.head_dim;
+    args.dq_accum = reinterpret_cast<float*>(take(f.num_heads * args.q_rows * args.dq_pitch, sizeof(float)));
+  }
+  if (fa2 && args.deterministic) {
+    // One counter per query block of whichever kernel runs (chosen later, per bucket): sized for
+    // the smaller block, so each kernel indexes within its head's row of counters.
+    const int fa2_block_m = bwd::fa2_bwd_tile_config(bwd::head_dim_bucket(f.head_dim)).block_m;
+    const int block_m = std::min(fa2_block_m, bwd::kWsBlockM);
+    args.dq_turn_blocks = (f.seqlen_q + block_m - 1) / block_m;
+    args.dq_turns = reinterpret_cast<int*>(take(static_cast<int64_t>(f.batch) * f.num_heads * args.dq_turn_blocks, sizeof(int)));
+  }
+  if (f.num_heads != f.num_heads_k) {
+    args.dk_expanded = reinterpret_cast<float*>(take(f.num_heads * args.k_rows * f.head_dim, sizeof(float)));
+    args.dv_expanded = reinterpret_cast<float*>(take(f.num_heads * args.k_rows * f.head_dim, sizeof(float)));
+  }
+  return used;
+}
+
+// Whether the FA2 kernels fit this GPU's shared memory for the head dim (the pointers decide the rest).
+bool fa2_fits(const ForwardParams& f) {
+  return bwd::fa2_bwd_smem_bytes(bwd::head_dim_bucket(f.head_dim)) <= smem_optin_bytes();
+}
+
+// The arguments the shapes decide.
+bwd::BwdArgs shape_args(const BackwardParams& p) {
+  const ForwardParams& f = p.fwd;
+  const bool varlen = f.cu_seqlens_q != nullptr;
+  bwd::BwdArgs args{};
+  args.p = p;
+  args.q_rows = varlen ? f.total_q : static_cast<int64_t>(f.batch) * f.seqlen_q;
+  args.k_rows = varlen ? f.total_k : static_cast<int64_t>(f.batch) * f.seqlen_k;
+  args.deterministic = p.deterministic != 0;
+  return args;
+}
+
 // 16-byte loads need a 16-byte aligned base, strides of whole 16-byte vectors, whole vectors per row.
 bool vectorizable(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
                   int head_dim, bool varlen) {
@@ -127,6 +182,16 @@ bool vectorizable(const void* ptr, int64_t batch_stride, int64_t row_stride, int
 }  // namespace
 }  // namespace cuda
 
+int64_t cuda_backward_workspace_size(const BackwardParams& p) {
+  using namespace cuda;
+  require_sm80();
+  require_grid_fits(p.fwd);
+  if (p.fwd.batch == 0) return 0;
+  bwd::BwdArgs args = shape_args(p);
+  const int64_t fallback = carve_scratch(args, false, nullptr);
+  return fa2_fits(p.fwd) ? std::max(fallback, carve_scratch(args, true, nullptr)) : fallback;
+}
+
 void cuda_backward(const BackwardParams& p) {
   using namespace cuda;
   const ForwardParams& f = p.fwd;
@@ -137,18 +202,15 @@ void cuda_backward(const BackwardParams& p) {
                                   {f.out, "out"}, {f.softmax_lse, "softmax_lse"}, {p.dout, "dout"},
                                   {p.dq, "dq"}, {p.dk, "dk"}, {p.dv, "dv"},
                                   {f.cu_seqlens_q, "cu_seqlens_q"}, {f.cu_seqlens_k, "cu_seqlens_k"},
-                                  {f.seqused_k, "seqused_k"}, {f.alibi_slopes, "alibi_slopes"}}) {
+                                  {f.seqused_k, "seqused_k"}, {f.alibi_slopes, "alibi_slopes"},
+                                  {p.workspace, "workspace"}}) {
     require_device_pointer(ptr, name);
   }
   require_grid_fits(f);
   if (f.batch == 0) return;
   cudaStream_t stream = static_cast<cudaStream_t>(f.stream);
   const bool varlen = f.cu_seqlens_q != nullptr;
-  bwd::BwdArgs args{};
-  args.p = p;
-  args.q_rows = varlen ? f.total_q : static_cast<int64_t>(f.batch) * f.seqlen_q;
-  args.k_rows = varlen ? f.total_k : static_cast<int64_t>(f.batch) * f.seqlen_k;
-  args.deterministic = p.deterministic != 0;
+  bwd::BwdArgs args = shape_args(p);
   args.warp_specialized = warp_specialized;
   args.vector_q = vectorizable(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, f.head_dim, varlen);
   args.vector_k = vectorizable(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride, f.head_dim, varlen);
@@ -159,34 +221,27 @@ void cuda_backward(const BackwardParams& p) {
   args.vector_dq = vectorizable(p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, f.head_dim, varlen);
   args.vector_dk = vectorizable(p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, f.head_dim, varlen);
   args.vector_dv = vectorizable(p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, f.head_dim, varlen);
-  const bool fa2 = args.vector_q && args.vector_k && args.vector_v && args.vector_dout &&
-                   bwd::fa2_bwd_smem_bytes(bwd::head_dim_bucket(f.head_dim)) <= smem_optin_bytes();
+  const bool fa2 = args.vector_q && args.vector_k && args.vector_v && args.vector_dout && fa2_fits(f);
   // The wgmma products read the same tiles as the FA2 kernel: same conditions, plus the GPU.
   const Sm90BwdInstance* sm90 =
       fa2 && sm90_allowed && is_sm90_device() ? find_sm90_instance(bwd::head_dim_bucket(f.head_dim), f.dtype)
                                               : nullptr;
-  StreamWorkspace workspace(stream);
-  args.delta = workspace.floats(f.num_heads * args.q_rows, false);
-  // dQ accumulates in float32 atomics, except on the fallback's deterministic path.
-  if (fa2 || !args.deterministic) {
-    // The FA2 kernel's rows are padded to the bucket: a compile-time pitch makes every atomic's
-    // address an immediate offset from one per-thread pointer (no address registers to spill).
-    args.dq_pitch = fa2 ? bwd::head_dim_bucket(f.head_dim) : f.head_dim;
-    args.dq_accum = workspace.floats(f.num_heads * args.q_rows * args.dq_pitch, false);  // bwd_delta zeroes it
+  const int64_t needed = carve_scratch(args, fa2, nullptr);
+  std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the kernels
+  char* base = static_cast<char*>(p.workspace);
+  if (base == nullptr) {
+    base = reinterpret_cast<char*>(pool.emplace(stream).floats(needed / static_cast<int64_t>(sizeof(float)), false));
+  } else if (p.workspace_bytes < needed) {
+    throw Error(ErrorCode::kInvalidArgument, "workspace",
+                "the backward needs " + std::to_string(needed) + " bytes of workspace, got " +
+                    std::to_string(p.workspace_bytes) + " (tileattn_backward_workspace_size)");
   }
-  if (fa2 && args.deterministic) {
-    // One counter per query block of whichever kernel runs (chosen later, per bucket): sized for
-    // the smaller block, so each kernel indexes within its head's row of counters.
-    const int fa2_block_m = bwd::fa2_bwd_tile_config(bwd::head_dim_bucket(f.head_dim)).block_m;
-    const int block_m = std::min(fa2_block_m, bwd::kWsBlockM);
-    args.dq_turn_blocks = (f.seqlen_q + block_m - 1) / block_m;
-    args.dq_turns = workspace.ints(static_cast<int64_t>(f.batch) * f.num_heads * args.dq_turn_blocks);
+  carve_scratch(args, fa2, base);
+  if (args.dq_turns != nullptr) {
+    const size_t turns = static_cast<size_t>(f.batch) * f.num_heads * args.dq_turn_blocks * sizeof(int);
+    check_cuda(cudaMemsetAsync(args.dq_turns, 0, turns, stream), "cudaMemsetAsync(dQ turns)");
   }
   args.walk_order = walk_order(f, args.deterministic);
-  if (f.num_heads != f.num_heads_k) {
-    args.dk_expanded = workspace.floats(f.num_heads * args.k_rows * f.head_dim, false);
-    args.dv_expanded = workspace.floats(f.num_heads * args.k_rows * f.head_dim, false);
-  }
   if (f.dtype == TILEATTN_FLOAT16) {
     run_backward<__half, cutlass::half_t>(args, fa2, sm90, stream);
   } else {
