@@ -6,14 +6,11 @@ filling the parameter struct from tensor attributes cost ~29 us a call on the 2-
 ~45 us on the H200's host (session 22): more than the kernels of a 1 x 32k step (37 us), and
 more than SDPA's whole cuDNN call on that host (20 us).
 
-A call's signature is everything the Python checks and the struct depend on except the data
-pointers and the stream: each tensor's shape, strides, dtype and device (or None), and each option
-with its type.  When an eager call succeeds, its struct is kept under its signature; the next call
-with that signature copies the struct and writes only the pointers, the stream and the thread
-count.  Nothing is lost in checking: the library validates the struct on every call (the
-pointers, device memory, alignment, the index tensors' contents in the kernel), and a signature
-that failed a check never gets a plan.  Calls that copy an input (a last dim that is not
-contiguous) or that autograd or a tracer must see always take the full path.
+The scheme is _plans.py's.  The signature holds every tensor argument (the index tensors and
+rotary tables too) and every option with its type; a plan also keeps the size of the split-KV
+workspace, which only the shapes and the device decide.  Calls that copy an input (a last dim
+that is not contiguous, a non-contiguous index tensor) or that a tracer must see take the full
+path.
 """
 
 import torch
@@ -23,7 +20,6 @@ from ._plans import Plans, on_other_device, tensor_key, traced
 
 _plans = Plans()
 hits = 0  # calls served from a plan since import (tests check the fast path really ran)
-_tensor = tensor_key
 
 
 def signature(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
@@ -37,12 +33,12 @@ def signature(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
     if torch.compiler.is_compiling() or type(window_size) is not tuple or len(window_size) != 2:
         return None
     left, right = window_size
-    seqlens = (_tensor(cache_seqlens) if isinstance(cache_seqlens, torch.Tensor)
+    seqlens = (tensor_key(cache_seqlens) if isinstance(cache_seqlens, torch.Tensor)
                else (type(cache_seqlens),))
     try:
-        return (_tensor(q), _tensor(k_cache), _tensor(v_cache), _tensor(k), _tensor(v),
-                _tensor(rotary_cos), _tensor(rotary_sin), seqlens, _tensor(cache_batch_idx),
-                _tensor(cache_leftpad), _tensor(block_table), _tensor(alibi_slopes),
+        return (tensor_key(q), tensor_key(k_cache), tensor_key(v_cache), tensor_key(k), tensor_key(v),
+                tensor_key(rotary_cos), tensor_key(rotary_sin), seqlens, tensor_key(cache_batch_idx),
+                tensor_key(cache_leftpad), tensor_key(block_table), tensor_key(alibi_slopes),
                 torch.is_grad_enabled(), type(softmax_scale), softmax_scale, type(causal), causal,
                 type(left), left, type(right), right, type(softcap), softcap,
                 type(rotary_interleaved), rotary_interleaved, type(num_splits), num_splits)
