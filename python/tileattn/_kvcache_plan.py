@@ -16,7 +16,7 @@ path.
 import torch
 
 from . import _ffi, _ops
-from ._plans import Plans, on_other_device, tensor_key, traced
+from ._plans import Plans, fill_call, on_other_device, tensor_key, traced
 
 _plans = Plans()
 hits = 0  # calls served from a plan since import (tests check the fast path really ran)
@@ -68,17 +68,9 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     out = _ops._new_output(q)
     lse = _ops._new_output(q, lse_shape, torch.float32)
     params = _ffi.KvCacheParams.from_buffer_copy(template)
-    fwd = params.fwd
-    fwd.q, fwd.k, fwd.v = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr()
-    fwd.out, fwd.softmax_lse = out.data_ptr(), lse.data_ptr()
-    if on_cuda:
-        fwd.stream = _ops._current_stream(q.device)
-    else:
-        fwd.num_threads = torch.get_num_threads()
+    fill_call(params.fwd, on_cuda, q, k_cache, v_cache, out, lse, alibi_slopes)
     params.cache_seqlens = cache_seqlens.data_ptr()
     # Optional tensors: the signature fixes which are present; absent ones stay 0 from the plan.
-    if alibi_slopes is not None:
-        fwd.alibi_slopes = alibi_slopes.data_ptr()
     if cache_batch_idx is not None:
         params.cache_batch_idx = cache_batch_idx.data_ptr()
     if cache_leftpad is not None:

@@ -284,8 +284,21 @@ def _bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softma
         softcap: float, alibi_slopes: Optional[Tensor], deterministic: bool,
         rng_state: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv), contiguous, with q's, k's and v's shapes."""
-    dout, q, k, v, out, alibi_slopes = (
-        _last_dim_contiguous(x) for x in (dout, q, k, v, out, alibi_slopes))
+    params, dq, dk, dv, copies = _bwd_params(
+        dout, q, k, v, out, softmax_lse, dropout_p, softmax_scale, window_left, window_right,
+        softcap, alibi_slopes, deterministic, rng_state)
+    _on_device(q.device, backward, params)
+    del copies  # alive until the library has read them
+    return dq, dk, dv
+
+
+def _bwd_params(dout, q, k, v, out, softmax_lse, dropout_p, softmax_scale, window_left,
+                window_right, softcap, alibi_slopes, deterministic, rng_state):
+    """(params, dq, dk, dv, copies) of one backward; `copies` holds the inputs copied to make a
+    last dim contiguous, which params point at (keep it until the call returns)."""
+    given = (dout, q, k, v, out, alibi_slopes)
+    dout, q, k, v, out, alibi_slopes = (_last_dim_contiguous(x) for x in given)
+    copies = tuple(b for a, b in zip(given, (dout, q, k, v, out, alibi_slopes)) if a is not b)
     batch, seqlen_q, _, _ = q.shape
     dq, dk, dv = _new_output(q), _new_output(k), _new_output(v)
     seed, offset = (int(x) % _U64 for x in rng_state.tolist()) if dropout_p > 0 else (0, 0)
@@ -296,8 +309,15 @@ def _bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softma
                   window_left=window_left, window_right=window_right, softcap=softcap,
                   alibi_slopes=alibi_slopes, seed=seed, offset=offset)
     _fill_backward(params, dout, dq, dk, dv, deterministic)
-    _on_device(q.device, backward, params)
-    return dq, dk, dv
+    return params, dq, dk, dv, copies
+
+
+def _bwd_eager(*args):
+    """_bwd_impl for the backward that autograd's engine runs eagerly (no tracer: the op path
+    runs under one), through a plan per signature (_bwd_plan).  Imported here rather than at
+    the top because _bwd_plan builds on this module."""
+    from . import _bwd_plan
+    return _bwd_plan.backward(*args)
 
 
 bwd = torch.library.custom_op("tileattn::bwd", mutates_args=())(_bwd_impl)
@@ -629,11 +649,35 @@ def _eager_function(name, impl, setup_context, grads, backward_op, backward_impl
 
 
 _EagerFwd = _eager_function("_EagerFwd", _eager_outputs(_fwd_run), _fwd_setup_context, _fwd_grads,
-                            torch.ops.tileattn.bwd, _bwd_impl)
+                            torch.ops.tileattn.bwd, _bwd_eager)
 _EagerVarlenFwd = _eager_function("_EagerVarlenFwd", _eager_outputs(_varlen_fwd_run),
                                   _varlen_fwd_setup_context,
                                   _varlen_fwd_grads, torch.ops.tileattn.varlen_bwd,
                                   _varlen_bwd_impl)
+
+
+class _LaunchedFwd(torch.autograd.Function):
+    """A recorded flash_attn_func call without dropout or attention probabilities: `launch(q, k,
+    v, alibi_slopes)` gives (out, lse) -- a plan's launch (_fwd_plan.py), or the full path that
+    makes the plan -- and the context and backward are the op's.  Only `out` is an output: the
+    lse is saved, not returned, since each further output cost ~7 us an apply on the CI host."""
+
+    @staticmethod
+    def forward(ctx, launch, q, k, v, alibi_slopes, options):
+        out, lse = launch(q, k, v, alibi_slopes)
+        scale, left, right, softcap, deterministic = options
+        _fwd_setup_context(ctx, (q, k, v, 0.0, scale, left, right, softcap, alibi_slopes, False,
+                                 deterministic), (out, lse, None, _NO_DROPOUT_RNG_STATE))
+        ctx.set_materialize_grads(False)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        if dout is None:
+            return (None,) * 6
+        dq, dk, dv = _fwd_grads(ctx, dout, torch.ops.tileattn.bwd if torch.is_grad_enabled()
+                                else _bwd_eager)[:3]
+        return None, dq, dk, dv, None, None
 
 
 def _call(op, eager, impl, tensors, args):
@@ -649,16 +693,29 @@ _varlen_fwd_direct = _direct(_varlen_fwd_run)
 
 
 def call_fwd(q, k, v, *options, on_success=None):
-    """`on_success(params, lse)`, when given, sees the parameters of a call that neither autograd
-    nor a tracer sees, after the library accepted them (_fwd_plan keeps them for the next call
-    with the same signature); calls with dropout or attention probabilities are not shown."""
-    if on_success is None or _dispatch_needed(q, k, v):
+    """`on_success(params, lse, recorded, saved)`, when given, sees the parameters of an eager
+    call (one no tracer sees) without dropout or attention probabilities, after the library
+    accepted them, with whether autograd records the call and the options its backward needs
+    (_fwd_plan keeps them for the next call with the same signature).  Such a call that autograd
+    records returns (out, None, None, None)."""
+    dropout_p, return_probs = options[0], options[-2]
+    if on_success is None or dropout_p != 0 or return_probs or _traced((q, k, v)):
         return _call(torch.ops.tileattn.fwd, _EagerFwd, _fwd_direct, (q, k, v), (q, k, v, *options))
-    params, out, lse, probs, seed, offset, copies = _fwd_params(q, k, v, *options[:-1])
-    _on_device(q.device, _ffi.library().forward, params)
-    if not copies and probs is None and options[0] == 0:
-        on_success(params, lse)
-    return out, lse, probs, None
+
+    _, scale, left, right, softcap, alibi_slopes, _, deterministic = options
+    recorded = _recorded((q, k, v))
+    saved = (scale, left, right, softcap, deterministic)
+
+    def launch(q, k, v, alibi_slopes):
+        params, out, lse, _, _, _, copies = _fwd_params(q, k, v, *options[:-1])
+        _on_device(q.device, _ffi.library().forward, params)
+        if not copies:
+            on_success(params, lse, recorded, saved)
+        return out, lse
+
+    if recorded:
+        return _LaunchedFwd.apply(launch, q, k, v, alibi_slopes, saved), None, None, None
+    return (*launch(q, k, v, alibi_slopes), None, None)
 
 
 def call_varlen_fwd(q, k, v, *options):

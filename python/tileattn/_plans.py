@@ -1,10 +1,12 @@
-"""What the repeat-call fast paths (_kvcache_plan.py, _fwd_plan.py) share: a call's signature is
+"""What the repeat-call fast paths (_kvcache_plan.py, _fwd_plan.py, _bwd_plan.py) share: a call's signature is
 everything the Python checks and the parameter struct depend on except data pointers and the
 stream; a plan is the struct of an earlier accepted call with that signature, which the next such
 call copies and fills with its own pointers.  The library validates the struct on every call, so
 a plan skips only Python-side checks that an identical signature already passed."""
 
 import torch
+
+from . import _ops
 
 
 def tensor_key(x):
@@ -23,6 +25,20 @@ def on_other_device(x):
     """Whether CUDA tensor `x` is on another device than the current one: the full path switches
     to it, while a plan's call would launch on the current one."""
     return x.device.index != torch.cuda.current_device()
+
+
+def fill_call(fwd, on_cuda, q, k, v, out, lse, alibi_slopes):
+    """The per-call fields of a plan's copied FwdParams: the data pointers, and the current
+    stream (CUDA) or the thread count (CPU).  The signature fixes whether alibi_slopes is given,
+    so an absent one stays 0 from the plan."""
+    fwd.q, fwd.k, fwd.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    fwd.out, fwd.softmax_lse = out.data_ptr(), lse.data_ptr()
+    if alibi_slopes is not None:
+        fwd.alibi_slopes = alibi_slopes.data_ptr()
+    if on_cuda:
+        fwd.stream = _ops._current_stream(q.device)
+    else:
+        fwd.num_threads = torch.get_num_threads()
 
 
 class Plans:

@@ -19,6 +19,8 @@ backend (float16, bfloat16) when the library was built with it.  Every function 
 through torch.library custom ops, and traces under torch.compile(fullgraph=True).
 """
 
+import functools
+
 import torch
 
 from . import _fwd_plan, _kvcache_plan, _ops
@@ -60,7 +62,7 @@ def _batch_attention(check, q, k, v, names, dropout_p, softmax_scale, causal, wi
     out, lse, probs, _ = _ops.call_fwd(
         q, k, v, dropout_p, scale, left, right, softcap, alibi_slopes, bool(return_attn_probs),
         bool(deterministic),
-        on_success=None if plan is None else lambda params, lse: _fwd_plan.store(plan, params, lse))
+        on_success=None if plan is None else functools.partial(_fwd_plan.store, plan))
     return (out, lse, probs) if return_attn_probs else out
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tileattn
-from tileattn import _ops
+from tileattn import _bwd_plan, _fwd_plan, _kvcache_plan, _ops
 
 
 def _devices():
@@ -51,6 +51,18 @@ def _fresh_seed_and_poison(request, monkeypatch):
     with NaN before the library writes it."""
     torch.manual_seed(_SESSION_SEED ^ zlib.crc32(request.node.nodeid.encode()))
     monkeypatch.setattr(_ops, "poison_outputs", True)
+
+
+@pytest.fixture
+def no_plans():
+    """No repeat-call plan before the test or after it (tileattn/_plans.py): the test's first
+    call takes the full path, and leaves nothing behind for the next test."""
+    def clear():
+        for module in (_fwd_plan, _bwd_plan, _kvcache_plan):
+            module._plans.clear()
+    clear()
+    yield
+    clear()
 
 
 def dtypes_for(device):

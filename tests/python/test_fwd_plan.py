@@ -1,7 +1,7 @@
-"""flash_attn_func's repeat-call path (tileattn/_fwd_plan.py) for calls autograd does not record:
-it really runs and gives the float64-checked answer, bitwise what the full path gives; a changed
-signature or bad input still meets the full checks; calls with autograd, dropout, attention
-probabilities or copied inputs never get a plan."""
+"""flash_attn_func's repeat-call path (tileattn/_fwd_plan.py), with autograd recording the call
+and without: it really runs and gives the float64-checked answer (and gradients), bitwise what the
+full path gives; a changed signature or bad input still meets the full checks; calls with
+dropout, attention probabilities or copied inputs never get a plan."""
 
 import pytest
 import torch
@@ -12,11 +12,7 @@ from test_attention import MASKS, SHAPES
 from tileattn import _fwd_plan, flash_attn_func
 
 
-@pytest.fixture(autouse=True)
-def _no_plans():
-    _fwd_plan._plans.clear()
-    yield
-    _fwd_plan._plans.clear()
+pytestmark = pytest.mark.usefixtures("no_plans")
 
 
 def _inputs(shape, device, dtype=torch.bfloat16):
@@ -49,12 +45,55 @@ def test_repeat_call_takes_the_plan_and_is_right(device, shape, mask):
     assert_fa_close("out", out, naive["out"], truth["out"], FLOOR[torch.bfloat16])
 
 
-def test_recorded_dropout_and_probs_calls_get_no_plan(device):
+@pytest.mark.parametrize("mask", ["none", "causal_window"])
+def test_recorded_repeat_call_takes_the_plan_and_its_gradients_are_right(device, mask):
+    causal, window = MASKS[mask]
+    shape = (2, 17, 127, 7, 1, 64)
+    options = dict(causal=causal, window_size=window, softcap=3.0)
+    first = [x.requires_grad_() for x in _inputs(shape, device)]
+    flash_attn_func(*first, **options).sum().backward()  # the full path; it leaves the plan
+    assert len(_fwd_plan._plans) == 1
+    q, k, v = (x.requires_grad_() for x in _inputs(shape, device))
+    dout = torch.randn_like(q)
+    hits = _fwd_plan.hits
+    out = flash_attn_func(q, k, v, **options)
+    assert _fwd_plan.hits == hits + 1 and out.requires_grad
+    out.backward(dout)
+    _fwd_plan._plans.clear()
+    again = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    full = flash_attn_func(*again, **options)
+    full.backward(dout)
+    assert torch.equal(out, full)
+    for ours, theirs in zip((q.grad, k.grad, v.grad), (x.grad for x in again)):
+        assert torch.equal(ours, theirs)
+    left, right = window[0], 0 if causal else window[1]
+    kw = dict(window_left=left, window_right=right, softcap=3.0)
+    truth = ref.attention(q, k, v, dout, dtype=torch.float64, **kw)
+    naive = ref.attention(q, k, v, dout, dtype=torch.bfloat16, **kw)
+    assert_fa_close("out", out, naive["out"], truth["out"], FLOOR[torch.bfloat16])
+    shift = ref.saved_output_shift(q, k, dout, out, truth["out"], **kw)
+    for name, ours in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad)):
+        assert_fa_close(name, ours, naive[name], truth[name], FLOOR[torch.bfloat16],
+                        lse=truth["lse"], shift=shift.get(name))
+
+
+def test_recorded_and_unrecorded_calls_have_separate_plans(device):
     q, k, v = _inputs((2, 17, 33, 4, 2, 64), device)
     q.requires_grad_()
-    out = flash_attn_func(q, k, v)
-    out.sum().backward()  # autograd saw it: the gradient exists
-    assert q.grad is not None and not len(_fwd_plan._plans)
+    flash_attn_func(q, k, v)
+    with torch.no_grad():
+        flash_attn_func(q, k, v)
+        assert len(_fwd_plan._plans) == 2
+        assert not flash_attn_func(q, k, v).requires_grad
+    assert flash_attn_func(q, k, v).requires_grad
+
+
+def test_dropout_and_probs_calls_get_no_plan(device):
+    q, k, v = _inputs((2, 17, 33, 4, 2, 64), device)
+    q.requires_grad_()
+    flash_attn_func(q, k, v, dropout_p=0.1).sum().backward()
+    out, _, _ = flash_attn_func(q, k, v, return_attn_probs=True)
+    out.sum().backward()
     with torch.no_grad():
         flash_attn_func(q, k, v, dropout_p=0.1)
         flash_attn_func(q, k, v, return_attn_probs=True)

@@ -13,11 +13,7 @@ from tileattn import _ffi, _kvcache_plan, _ops
 from test_kvcache import CASES, DEFAULTS, check_against_reference, make_problem
 
 
-@pytest.fixture(autouse=True)
-def _no_plans():
-    _kvcache_plan._plans.clear()
-    yield
-    _kvcache_plan._plans.clear()
+pytestmark = pytest.mark.usefixtures("no_plans")
 
 
 @pytest.mark.parametrize("case", list(CASES))
