@@ -111,20 +111,51 @@ inline PartialLayout partial_layout(int splits, const tileattn_fwd_params& f) {
   return {o_bytes, o_bytes + round_up(rows * static_cast<int64_t>(sizeof(float)))};
 }
 
+// The head-dim bucket and row count of a call as types: fn(Bucket<kD, kHalves>{}) for the split
+// kernel that serves it.  At most 8 rows a CTA (one KV group's heads x seqlen_q) take the kernel
+// without the padded rows (kHalves = 1).  One dispatch for the size query and the launch, so the
+// two cannot disagree on the kernel.
+template <int D, int Halves>
+struct Bucket {
+  static constexpr int kD = D;
+  static constexpr int kHalves = Halves;
+};
+
+template <typename Fn>
+decltype(auto) with_bucket(const DecodeArgs& args, Fn&& fn) {
+  const int head_dim = args.p.fwd.head_dim;
+  const bool half_rows = args.rows <= kRows / 2;
+  if (head_dim <= 64) return half_rows ? fn(Bucket<64, 1>{}) : fn(Bucket<64, 2>{});
+  if (head_dim <= 128) return half_rows ? fn(Bucket<128, 1>{}) : fn(Bucket<128, 2>{});
+  return half_rows ? fn(Bucket<256, 1>{}) : fn(Bucket<256, 2>{});
+}
+
+// append -> split -> combine with the kernel <T, kD, kHalves, kTma>.  The split count is chosen
+// once, and the caller's workspace is checked against that count before anything is launched, so
+// a refused call changes nothing (the append writes into the cache).
 template <typename T, int kD, int kHalves, bool kTma>
-void launch_split(DecodeArgs args, cudaStream_t stream) {
+void launch_decode(DecodeArgs args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
   constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
   args.num_splits = split_count<T, kD, kHalves, kTma>(args);
+  const PartialLayout layout = partial_layout(args.num_splits, f);
+  if (args.p.workspace != nullptr && args.p.workspace_bytes < layout.bytes) {
+    throw Error(ErrorCode::kInvalidArgument, "workspace",
+                "the call needs " + std::to_string(layout.bytes) + " bytes of workspace, got " +
+                    std::to_string(args.p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
+  }
+  if (args.p.k_new != nullptr) {
+    append_kernel<T><<<dim3(args.p.seqlen_new, f.batch), kThreads, 0, stream>>>(args);
+    check_cuda(cudaGetLastError(), "decode append kernel launch");
+  }
   const dim3 grid(static_cast<unsigned>(split_ctas(args)), args.num_splits);
   if (args.num_splits == 1) {
     launch_programmatic(split_kernel<T, kD, kHalves, kTma>, grid, dynamic_smem, stream, args,
                         "decode split kernel launch");
     return;
   }
-  const PartialLayout layout = partial_layout(args.num_splits, f);
   std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the combine
-  char* base = static_cast<char*>(args.p.workspace);  // run_decode checked its size
+  char* base = static_cast<char*>(args.p.workspace);
   if (base == nullptr) base = reinterpret_cast<char*>(pool.emplace(stream).floats(layout.bytes / sizeof(float), false));
   args.o_partial = reinterpret_cast<float*>(base);
   args.lse_partial = reinterpret_cast<float*>(base + layout.lse_offset);
@@ -135,63 +166,32 @@ void launch_split(DecodeArgs args, cudaStream_t stream) {
                       "decode combine kernel launch");
 }
 
-// The TMA kernel when the caller set it up (cuda_decode.cu) for exactly this head dim (the tensor
-// map's box is kD wide), else the register kernel.
-template <typename T, int kD, int kHalves>
-void run_split(DecodeArgs args, cudaStream_t stream) {
-  if (args.tma && args.p.fwd.head_dim == kD) {
-    launch_split<T, kD, kHalves, true>(args, stream);
-  } else {
-    launch_split<T, kD, kHalves, false>(args, stream);
-  }
-}
-
 // The most workspace a call can need: over the register kernel and, when args.tma says the call
 // may take it (the pointers decide at launch), the TMA kernel, whose split count can differ.
-template <typename T, int kD, int kHalves>
-int64_t bucket_workspace_bytes(const DecodeArgs& args) {
-  int splits = split_count<T, kD, kHalves, false>(args);
-  if (args.tma && args.p.fwd.head_dim == kD) splits = std::max(splits, split_count<T, kD, kHalves, true>(args));
-  return partial_layout(splits, args.p.fwd).bytes;
-}
-
 template <typename T>
 int64_t workspace_bytes(const DecodeArgs& args) {
-  const int head_dim = args.p.fwd.head_dim;
-  const bool half_rows = args.rows <= kRows / 2;
-  if (head_dim <= 64) {
-    return half_rows ? bucket_workspace_bytes<T, 64, 1>(args) : bucket_workspace_bytes<T, 64, 2>(args);
-  } else if (head_dim <= 128) {
-    return half_rows ? bucket_workspace_bytes<T, 128, 1>(args) : bucket_workspace_bytes<T, 128, 2>(args);
-  }
-  return half_rows ? bucket_workspace_bytes<T, 256, 1>(args) : bucket_workspace_bytes<T, 256, 2>(args);
+  return with_bucket(args, [&](auto bucket) {
+    using B = decltype(bucket);
+    int splits = split_count<T, B::kD, B::kHalves, false>(args);
+    if (args.tma && args.p.fwd.head_dim == B::kD) {
+      splits = std::max(splits, split_count<T, B::kD, B::kHalves, true>(args));
+    }
+    return partial_layout(splits, args.p.fwd).bytes;
+  });
 }
 
+// The TMA kernel when the caller set it up (cuda_decode.cu) for exactly this head dim (the tensor
+// map's box is kD wide), else the register kernel.
 template <typename T>
 void run_decode(DecodeArgs args, cudaStream_t stream) {
-  const tileattn_fwd_params& f = args.p.fwd;
-  // Before the append, so a refused call changes nothing.
-  if (args.p.workspace != nullptr) {
-    const int64_t needed = workspace_bytes<T>(args);
-    if (args.p.workspace_bytes < needed) {
-      throw Error(ErrorCode::kInvalidArgument, "workspace",
-                  "the call needs " + std::to_string(needed) + " bytes of workspace, got " +
-                      std::to_string(args.p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
+  with_bucket(args, [&](auto bucket) {
+    using B = decltype(bucket);
+    if (args.tma && args.p.fwd.head_dim == B::kD) {
+      launch_decode<T, B::kD, B::kHalves, true>(args, stream);
+    } else {
+      launch_decode<T, B::kD, B::kHalves, false>(args, stream);
     }
-  }
-  if (args.p.k_new != nullptr) {
-    append_kernel<T><<<dim3(args.p.seqlen_new, f.batch), kThreads, 0, stream>>>(args);
-    check_cuda(cudaGetLastError(), "decode append kernel launch");
-  }
-  // At most 8 rows a CTA (one KV group's heads x seqlen_q): the kernel without the padded rows.
-  const bool half_rows = args.rows <= kRows / 2;
-  if (f.head_dim <= 64) {
-    half_rows ? run_split<T, 64, 1>(args, stream) : run_split<T, 64, 2>(args, stream);
-  } else if (f.head_dim <= 128) {
-    half_rows ? run_split<T, 128, 1>(args, stream) : run_split<T, 128, 2>(args, stream);
-  } else {
-    half_rows ? run_split<T, 256, 1>(args, stream) : run_split<T, 256, 2>(args, stream);
-  }
+  });
 }
 
 #define TILEATTN_INSTANTIATE_DECODE(T)                          \
