@@ -10,7 +10,7 @@ is read from rng_state) and calls that copy an input take the full path each tim
 import torch
 
 from . import _ffi, _ops
-from ._plans import Plans, fill_call, on_other_device, tensor_key, traced
+from ._plans import Plans, call_with_workspace, fill_call, on_other_device, tensor_key, traced
 
 _plans = Plans()
 hits = 0  # calls served from a plan since import (tests check the fast path really ran)
@@ -42,7 +42,7 @@ def backward(dout, q, k, v, out, lse, dropout_p, softmax_scale, window_left, win
         params.dout = dout.data_ptr()
         params.dq, params.dk, params.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
         try:
-            _ops.backward(params, workspace_bytes)
+            call_with_workspace(_ffi.library().backward, params, workspace_bytes, q)
         except _ffi.InvalidArgumentError as error:
             if error.argument != "workspace":
                 raise

@@ -16,7 +16,8 @@ path.
 import torch
 
 from . import _ffi, _ops
-from ._plans import Plans, fill_call, on_other_device, tensor_key, traced
+from ._plans import (Plans, call_with_workspace, empty_like_shape, fill_call, on_other_device,
+                     tensor_key, traced)
 
 _plans = Plans()
 hits = 0  # calls served from a plan since import (tests check the fast path really ran)
@@ -48,7 +49,7 @@ def signature(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
 
 def store(key, params, lse):
     """Keep an accepted call's parameters for the next call with its signature."""
-    _plans.store(key, (params, tuple(lse.shape), params.fwd.device == _ffi.DEVICE_CUDA,
+    _plans.store(key, (params, empty_like_shape(lse), params.fwd.device == _ffi.DEVICE_CUDA,
                        params.workspace_bytes))
 
 
@@ -60,13 +61,13 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     plan = _plans.get(key)
     if plan is None or traced():
         return None
-    template, lse_shape, on_cuda, workspace_bytes = plan
+    template, lse_like, on_cuda, workspace_bytes = plan
     if on_cuda and on_other_device(q):
         return None
     if not isinstance(cache_seqlens, torch.Tensor):  # an int, as the full path takes it
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     out = _ops._new_output(q)
-    lse = _ops._new_output(q, lse_shape, torch.float32)
+    lse = _ops._new_output(lse_like)
     params = _ffi.KvCacheParams.from_buffer_copy(template)
     fill_call(params.fwd, on_cuda, q, k_cache, v_cache, out, lse, alibi_slopes)
     params.cache_seqlens = cache_seqlens.data_ptr()
@@ -82,7 +83,7 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     if rotary_cos is not None:
         params.rotary_cos, params.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
     try:
-        _ops.forward_kvcache(params, workspace_bytes)
+        call_with_workspace(_ffi.library().forward_kvcache, params, workspace_bytes, q)
     except _ffi.InvalidArgumentError as error:
         if error.argument != "workspace":
             raise
