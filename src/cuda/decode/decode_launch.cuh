@@ -28,18 +28,17 @@ constexpr int split_dynamic_smem() {
 }
 
 // Resident CTAs of the split kernel over all SMs, which the split heuristic fills.
-template <typename T, int kD, int kHalves, bool kTma>
+template <typename T, int kD, int kHalves, bool kTma, bool kPages>
 int prepare_split_kernel() {
   static const int resident = [] {
     int per_sm = 0;
     constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
+    const auto kernel = split_kernel<T, kD, kHalves, kTma, kPages>;
     if (dynamic_smem > 0) {
-      check_cuda(cudaFuncSetAttribute(split_kernel<T, kD, kHalves, kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      dynamic_smem),
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_smem),
                  "cudaFuncSetAttribute(decode split kernel)");
     }
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel<T, kD, kHalves, kTma>, kThreads,
-                                                             dynamic_smem),
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, dynamic_smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return sm_count() * std::max(per_sm, 1);
   }();
@@ -89,11 +88,12 @@ inline int64_t split_ctas(const DecodeArgs& args) {
   return static_cast<int64_t>(args.p.fwd.batch) * args.row_blocks * args.p.fwd.num_heads_k;
 }
 
-// The split count the kernel <T, kD, kHalves, kTma> runs with: the caller's, or the heuristic's.
-template <typename T, int kD, int kHalves, bool kTma>
+// The split count the kernel <T, kD, kHalves, kTma, kPages> runs with: the caller's, or the
+// heuristic's.
+template <typename T, int kD, int kHalves, bool kTma, bool kPages = false>
 int split_count(const DecodeArgs& args) {
   constexpr int step = kTma ? TmaRing<T, kD>::kKeys : kChunk;  // keys a warp takes at a time
-  return choose_num_splits(args.num_splits, split_ctas(args), prepare_split_kernel<T, kD, kHalves, kTma>(),
+  return choose_num_splits(args.num_splits, split_ctas(args), prepare_split_kernel<T, kD, kHalves, kTma, kPages>(),
                            args.p.fwd.seqlen_k, step);
 }
 
@@ -130,14 +130,15 @@ decltype(auto) with_bucket(const DecodeArgs& args, Fn&& fn) {
   return half_rows ? fn(Bucket<256, 1>{}) : fn(Bucket<256, 2>{});
 }
 
-// append -> split -> combine with the kernel <T, kD, kHalves, kTma>.  The split count is chosen
-// once, and the caller's workspace is checked against that count before anything is launched, so
-// a refused call changes nothing (the append writes into the cache).
-template <typename T, int kD, int kHalves, bool kTma>
+// append -> split -> combine with the kernel <T, kD, kHalves, kTma, kPages>.  The split count is
+// chosen once, and the caller's workspace is checked against that count before anything is
+// launched, so a refused call changes nothing (the append writes into the cache).
+template <typename T, int kD, int kHalves, bool kTma, bool kPages>
 void launch_decode(DecodeArgs args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
   constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
-  args.num_splits = split_count<T, kD, kHalves, kTma>(args);
+  const auto split = split_kernel<T, kD, kHalves, kTma, kPages>;
+  args.num_splits = split_count<T, kD, kHalves, kTma, kPages>(args);
   const PartialLayout layout = partial_layout(args.num_splits, f);
   if (args.p.workspace != nullptr && args.p.workspace_bytes < layout.bytes) {
     throw Error(ErrorCode::kInvalidArgument, "workspace",
@@ -150,8 +151,7 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(split_ctas(args)), args.num_splits);
   if (args.num_splits == 1) {
-    launch_programmatic(split_kernel<T, kD, kHalves, kTma>, grid, dynamic_smem, stream, args,
-                        "decode split kernel launch");
+    launch_programmatic(split, grid, dynamic_smem, stream, args, "decode split kernel launch");
     return;
   }
   std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the combine
@@ -159,37 +159,42 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
   if (base == nullptr) base = reinterpret_cast<char*>(pool.emplace(stream).floats(layout.bytes / sizeof(float), false));
   args.o_partial = reinterpret_cast<float*>(base);
   args.lse_partial = reinterpret_cast<float*>(base + layout.lse_offset);
-  launch_programmatic(split_kernel<T, kD, kHalves, kTma>, grid, dynamic_smem, stream, args,
-                      "decode split kernel launch");
+  launch_programmatic(split, grid, dynamic_smem, stream, args, "decode split kernel launch");
   const int64_t rows = static_cast<int64_t>(f.batch) * f.num_heads * f.seqlen_q;  // one combine CTA a row
   launch_programmatic(combine_kernel<T>, dim3(static_cast<unsigned>(rows)), 0, stream, args,
                       "decode combine kernel launch");
 }
 
 // The most workspace a call can need: over the register kernel and, when args.tma says the call
-// may take it (the pointers decide at launch), the TMA kernel, whose split count can differ.
+// may take it (the pointers decide at launch), the TMA kernels, whose split count can differ.
 template <typename T>
 int64_t workspace_bytes(const DecodeArgs& args) {
   return with_bucket(args, [&](auto bucket) {
     using B = decltype(bucket);
     int splits = split_count<T, B::kD, B::kHalves, false>(args);
     if (args.tma && args.p.fwd.head_dim == B::kD) {
-      splits = std::max(splits, split_count<T, B::kD, B::kHalves, true>(args));
+      splits = std::max({splits, split_count<T, B::kD, B::kHalves, true, false>(args),
+                         split_count<T, B::kD, B::kHalves, true, true>(args)});
     }
     return partial_layout(splits, args.p.fwd).bytes;
   });
 }
 
 // The TMA kernel when the caller set it up (cuda_decode.cu) for exactly this head dim (the tensor
-// map's box is kD wide), else the register kernel.
+// map's box is kD wide), with the page window when each block lies in one page; else the
+// register kernel.
 template <typename T>
 void run_decode(DecodeArgs args, cudaStream_t stream) {
   with_bucket(args, [&](auto bucket) {
     using B = decltype(bucket);
     if (args.tma && args.p.fwd.head_dim == B::kD) {
-      launch_decode<T, B::kD, B::kHalves, true>(args, stream);
+      if (args.p.block_table != nullptr && args.tma_box_keys == TmaRing<T, B::kD>::kKeys) {
+        launch_decode<T, B::kD, B::kHalves, true, true>(args, stream);
+      } else {
+        launch_decode<T, B::kD, B::kHalves, true, false>(args, stream);
+      }
     } else {
-      launch_decode<T, B::kD, B::kHalves, false>(args, stream);
+      launch_decode<T, B::kD, B::kHalves, false, false>(args, stream);
     }
   });
 }

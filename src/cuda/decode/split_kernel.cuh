@@ -42,8 +42,9 @@ struct SplitSmem {
 // kTma: K and V arrive in shared memory by TMA, blocks of TmaRing::kKeys keys requested before the
 // Q setup and kept TmaRing::kStages blocks ahead of each warp's math (tma_block_loop.cuh,
 // TmaRing::kCtasPerSm CTAs an SM); without it they go from global memory straight into registers,
-// one 16-key chunk per warp at a time (3 CTAs an SM at d <= 128).
-template <typename T, int kD, int kHalves, bool kTma>
+// one 16-key chunk per warp at a time (3 CTAs an SM at d <= 128).  kPages (with kTma): a paged
+// cache whose pages hold whole blocks, whose pages are read ahead (PageWindow, tma_block_loop.cuh).
+template <typename T, int kD, int kHalves, bool kTma, bool kPages = false>
 __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : kD <= 128 ? 3 : 1)
     split_kernel(const __grid_constant__ DecodeArgs args) {
   static_assert(kD % 64 == 0, "V vectors cover 64 dims per 8 lanes");
@@ -141,11 +142,18 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   const BlockWalk walk{chunk0, chunk_begin, chunk_end, vis_lo, vis_hi, common_lo, common_hi, kv_head};
   // With TMA, each warp's lane 0 sets up its ring and requests its first blocks now, so their
   // latency runs under the Q setup below (Q's loads are already on their way).
+  PageWindow pages{};
   if constexpr (kTma) {
+    pages = open_page_window<Ring::kKeys, kPages>(args, seq, walk, warp, lane);
+    int first_pages[Ring::kStages];
+#pragma unroll
+    for (int i = 0; i < Ring::kStages; ++i) first_pages[i] = pages.on ? window_page(pages, i) : 0;
     if (lane == 0) {
       for (int i = 0; i < Ring::kStages; ++i) mbarrier_init(&ring->full[warp][i], 1);
       fence_barrier_init();
-      for (int i = 0; i < Ring::kStages; ++i) tma_request_block<T, kD>(args, seq, walk, ring, warp, i);
+      for (int i = 0; i < Ring::kStages; ++i) {
+        tma_request_block<T, kD>(args, seq, walk, ring, warp, i, pages, first_pages[i]);
+      }
     }
     __syncwarp();
   }
@@ -186,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
                          pack2<T>(qf[g][d + 8], qf[g][d + 9]),
                          kHalves == 2 ? pack2<T>(qf[g + 8][d + 8], qf[g + 8][d + 9]) : 0u);
     }
-    tma_block_loop<T, kD, kHalves>(args, seq, walk, ring, rules, qa, o, m, l);
+    tma_block_loop<T, kD, kHalves>(args, seq, walk, ring, pages, rules, qa, o, m, l);
   } else {
     for (int e = threadIdx.x; e < kD / 16 * 32; e += kThreads) {
       const int c = e / 32, fl = e % 32, fg = fl / 4, d = 32 * (c / 2) + 8 * (fl % 4) + 4 * (c % 2);

@@ -57,12 +57,77 @@ __device__ __forceinline__ bool box_visible(const BlockWalk& w, int start, int b
   return start <= w.vis_hi && start + box - 1 >= w.vis_lo;
 }
 
-// Lane 0: request the warp's i-th block into stage i % kStages.  Boxes of args.tma_box_keys keys
-// wholly outside [vis_lo, vis_hi] or on a page that does not exist are skipped (the consumer fills
-// their rows); the barrier expects the bytes of the boxes requested.
+// The pages of a warp's blocks, read from block_table 32 blocks ahead of their use, when each block
+// lies in one page (a paged cache whose pages hold whole blocks: args.tma_box_keys == kKeys, every
+// paged call under TILEATTN_DECODE_FAMILY=auto; the split kernel's kPages, a compile-time switch:
+// as a runtime flag the window's code cost the contiguous cache 1-3% at batch 1, session 23).  Lane l of `cur` holds the page of the warp's
+// block first + l (its i-th block being w.begin + warp + i * kWarps), lane l of `next` that of
+// first + 32 + l; -1 for a block past the split or with no visible key.  Without it, lane 0 read the
+// table right before each request, a dependent load on the path to the TMA issue (a new 128-byte
+// table line every 8 requests of a warp at pages of 16), and every lane read it again after the
+// wait; pages of 16 streamed 2-9% slower than the contiguous cache (sweep v10).
+struct PageWindow {
+  bool on;
+  int first, cur, next;
+};
+
+template <int kKeys>
+__device__ __forceinline__ int page_ahead(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w, int warp,
+                                          int i) {
+  const int block = w.begin + warp + i * kWarps;
+  const int pos0 = w.base + block * kKeys;
+  if (block >= w.end || !box_visible(w, pos0, kKeys)) return -1;
+  return args.p.block_table[seq.row * args.p.block_table_batch_stride + pos0 / args.p.page_size];
+}
+
+template <int kKeys, bool kOn>
+__device__ __forceinline__ PageWindow open_page_window(const DecodeArgs& args, const SequenceKeys& seq,
+                                                       const BlockWalk& w, int warp, int lane) {
+  PageWindow pw{kOn, 0, -1, -1};
+  if (pw.on) {
+    pw.cur = page_ahead<kKeys>(args, seq, w, warp, lane);
+    pw.next = page_ahead<kKeys>(args, seq, w, warp, 32 + lane);
+  }
+  return pw;
+}
+
+// Before the warp's block i is read (i warp-uniform, rising by one): once i leaves `cur`, the
+// window moves on by 32 blocks and the table load of the new `next` starts.
+template <int kKeys>
+__device__ __forceinline__ void advance_page_window(PageWindow& pw, const DecodeArgs& args, const SequenceKeys& seq,
+                                                    const BlockWalk& w, int warp, int lane, int i) {
+  if (!pw.on || i - pw.first < 32) return;
+  pw.first += 32;
+  pw.cur = pw.next;
+  pw.next = page_ahead<kKeys>(args, seq, w, warp, pw.first + 32 + lane);
+}
+
+// The page of the warp's block i, first <= i < first + 64, to every lane (all 32 call it, i
+// warp-uniform).  `next` is read only once i reaches it, so its table load has 30 blocks' time
+// to land before anything waits on it.
+__device__ __forceinline__ int window_page(const PageWindow& pw, int i) {
+  const int offset = i - pw.first;
+  if (offset < 32) return __shfl_sync(0xffffffffu, pw.cur, offset);
+  return __shfl_sync(0xffffffffu, pw.next, offset - 32);
+}
+
+// The page of the box of keys from pos, and whether it exists: from the window when it is on (the
+// window's page of this block), else from block_table.
+__device__ __forceinline__ int64_t box_unit(const tileattn_kvcache_params& p, const SequenceKeys& seq, int pos,
+                                            const PageWindow& pw, int page, bool& ok) {
+  if (!pw.on) return position_unit(p, seq, pos, ok);
+  ok = page >= 0 && page < p.num_blocks;
+  return page;
+}
+
+// Lane 0: request the warp's i-th block into stage i % kStages (`page`: window_page(pw, i), which
+// all lanes computed).  Boxes of args.tma_box_keys keys wholly outside [vis_lo, vis_hi] or on a page
+// that does not exist are skipped (the consumer fills their rows); the barrier expects the bytes of
+// the boxes requested.
 template <typename T, int kD>
 __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
-                                                  TmaRing<T, kD>* ring, int warp, int i) {
+                                                  TmaRing<T, kD>* ring, int warp, int i, const PageWindow& pw,
+                                                  int page) {
   using Ring = TmaRing<T, kD>;
   const int block = w.begin + warp + i * kWarps;
   if (block >= w.end) return;
@@ -72,7 +137,7 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
   uint32_t bytes = 0;
   for (int j = 0; j < Ring::kKeys; j += box) {
     bool ok = false;
-    if (box_visible(w, pos0 + j, box)) position_unit(p, seq, pos0 + j, ok);
+    if (box_visible(w, pos0 + j, box)) box_unit(p, seq, pos0 + j, pw, page, ok);
     if (ok) bytes += 2 * Ring::kSlabs * box * 128;
   }
   fence_proxy_async();  // the warp's reads (and edge fills) of this stage before TMA rewrites it
@@ -84,7 +149,7 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
   for (int j = 0; j < Ring::kKeys; j += box) {
     if (!box_visible(w, pos0 + j, box)) continue;
     bool ok;
-    const int64_t unit = position_unit(p, seq, pos0 + j, ok);
+    const int64_t unit = box_unit(p, seq, pos0 + j, pw, page, ok);
     if (!ok) continue;
     const int row = p.block_table ? (pos0 + j) % p.page_size : pos0 + j;
     const uint64_t policy = l2_evict_first_policy();
@@ -142,7 +207,7 @@ __device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const
 // g + 8 (e / 2), dim 8n + 2t + (e & 1).
 template <typename T, int kD, int kHalves>
 __device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
-                                               TmaRing<T, kD>* ring, const ScoreRules& rules,
+                                               TmaRing<T, kD>* ring, PageWindow& pw, const ScoreRules& rules,
                                                const uint4 (&qa)[kD / 16], float (&o)[kD / 8][2 * kHalves],
                                                float (&m)[2], float (&l)[2]) {
   using Ring = TmaRing<T, kD>;
@@ -153,13 +218,16 @@ __device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const Seq
     const int block = w.begin + warp + i * kWarps;
     if (block >= w.end) break;
     const int stage = i % Ring::kStages, pos0 = w.base + block * kKeys;
+    advance_page_window<kKeys>(pw, args, seq, w, warp, lane, i);
+    const int page = pw.on ? window_page(pw, i) : 0;
+    const int ahead_page = pw.on ? window_page(pw, i + Ring::kStages) : 0;
     mbarrier_wait(&ring->full[warp][stage], (i / Ring::kStages) & 1);
     const bool inside = pos0 >= w.vis_lo && pos0 + kKeys - 1 <= w.vis_hi;
     if (!inside || args.p.block_table != nullptr) {
       bool all_pages = true;
       for (int j = 0; j < kKeys && args.p.block_table; j += args.tma_box_keys) {
         bool ok = true;
-        if (box_visible(w, pos0 + j, args.tma_box_keys)) position_unit(args.p, seq, pos0 + j, ok);
+        if (box_visible(w, pos0 + j, args.tma_box_keys)) box_unit(args.p, seq, pos0 + j, pw, page, ok);
         all_pages = all_pages && ok;
       }
       if (!inside || !all_pages) {
@@ -219,7 +287,7 @@ __device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const Seq
       }
     }
     __syncwarp();  // every lane's ldmatrix of this stage has returned (their values fed the mmas)
-    if (lane == 0) tma_request_block<T, kD>(args, seq, w, ring, warp, i + Ring::kStages);
+    if (lane == 0) tma_request_block<T, kD>(args, seq, w, ring, warp, i + Ring::kStages, pw, ahead_page);
   }
 }
 
