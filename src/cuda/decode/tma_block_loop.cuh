@@ -59,13 +59,14 @@ __device__ __forceinline__ bool box_visible(const BlockWalk& w, int start, int b
 
 // The pages of a warp's blocks, read from block_table 32 blocks ahead of their use, when each block
 // lies in one page (a paged cache whose pages hold whole blocks: args.tma_box_keys == kKeys, every
-// paged call under TILEATTN_DECODE_FAMILY=auto; the split kernel's kPages, a compile-time switch:
-// as a runtime flag the window's code cost the contiguous cache 1-3% at batch 1, session 23).  Lane l of `cur` holds the page of the warp's
-// block first + l (its i-th block being w.begin + warp + i * kWarps), lane l of `next` that of
-// first + 32 + l; -1 for a block past the split or with no visible key.  Without it, lane 0 read the
-// table right before each request, a dependent load on the path to the TMA issue (a new 128-byte
-// table line every 8 requests of a warp at pages of 16), and every lane read it again after the
-// wait; pages of 16 streamed 2-9% slower than the contiguous cache (sweep v10).
+// paged call under TILEATTN_DECODE_FAMILY=auto).  `on` is the split kernel's compile-time kPages:
+// as a runtime flag the window's code cost the contiguous cache 1-3% at batch 1 (session 23).
+// Lane l of `cur` holds the page of the warp's block first + l (its i-th block being w.begin +
+// warp + i * kWarps), lane l of `next` that of first + 32 + l; -1 for a block past the split or with
+// no visible key.  Without it, lane 0 read the table right before each request, a dependent load on
+// the path to the TMA issue (a new 128-byte table line every 8 requests of a warp at pages of 16),
+// and every lane read it again after the wait: pages of 16 were 2-9% under the contiguous cache in
+// sweep v10, 1-7% with the window (v11).
 struct PageWindow {
   bool on;
   int first, cur, next;
