@@ -54,8 +54,18 @@ def main():
             attention(qg, kg, vg).backward(dout)
         return step
 
+    # The same 128 tokens packed as one varlen sequence: (total, H, D) views of the batch tensors.
+    cu = torch.tensor([0, 128], dtype=torch.int32, device="cuda")
+    packed = [x[0] for x in (q, k, v)]
+
+    def varlen(a, b, c):
+        return tileattn.flash_attn_varlen_func(a[0], b[0], c[0], cu, cu, 128, 128).unsqueeze(0)
+
     rows += [
         ("flash_attn_func forward + backward(dout)", fwd_bwd(tileattn.flash_attn_func)),
+        ("flash_attn_varlen_func forward + backward(dout)", fwd_bwd(varlen)),
+        ("flash_attn_varlen_func, no_grad",
+         lambda: _no_grad(lambda: tileattn.flash_attn_varlen_func(*packed, cu, cu, 128, 128))),
         ("SDPA flash forward + backward(dout)",
          fwd_bwd(lambda a, b, c: _sdpa(a, b, c).transpose(1, 2))),
     ]

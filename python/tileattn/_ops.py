@@ -371,7 +371,22 @@ def _varlen_fwd_run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q
                     dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
                     return_probs):
     """The varlen forward's launch: (out, lse, probs or None, philox seed, philox offset)."""
-    q, k, v, alibi_slopes = (_last_dim_contiguous(x) for x in (q, k, v, alibi_slopes))
+    params, out, lse, probs, seed, offset, copies = _varlen_fwd_params(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        softmax_scale, window_left, window_right, softcap, alibi_slopes, return_probs)
+    _on_device(q.device, _ffi.library().forward, params)
+    del copies  # alive until the library has read them
+    return out, lse, probs, seed, offset
+
+
+def _varlen_fwd_params(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                       max_seqlen_k, dropout_p, softmax_scale, window_left, window_right, softcap,
+                       alibi_slopes, return_probs):
+    """(params, out, lse, probs or None, seed, offset, copies) of one varlen forward, as
+    _fwd_params."""
+    given = (q, k, v, alibi_slopes)
+    q, k, v, alibi_slopes = (_last_dim_contiguous(x) for x in given)
+    copies = tuple(b for a, b in zip(given, (q, k, v, alibi_slopes)) if a is not b)
     batch = cu_seqlens_q.shape[0] - 1
     total_q, num_heads, _ = q.shape
     out = _new_output(q)
@@ -386,8 +401,7 @@ def _varlen_fwd_run(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q
                   softmax_scale=softmax_scale, window_left=window_left,
                   window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
                   seed=seed, offset=offset)
-    _on_device(q.device, _ffi.library().forward, params)
-    return out, lse, probs, seed, offset
+    return params, out, lse, probs, seed, offset, copies
 
 
 varlen_fwd = torch.library.custom_op("tileattn::varlen_fwd", mutates_args=())(_varlen_fwd_impl)
@@ -413,8 +427,22 @@ def _varlen_bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                alibi_slopes: Optional[Tensor], deterministic: bool,
                rng_state: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv), contiguous, with q's, k's and v's shapes."""
-    dout, q, k, v, out, alibi_slopes = (
-        _last_dim_contiguous(x) for x in (dout, q, k, v, out, alibi_slopes))
+    params, dq, dk, dv, copies = _varlen_bwd_params(
+        dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+        max_seqlen_k, dropout_p, softmax_scale, window_left, window_right, softcap, alibi_slopes,
+        deterministic, rng_state)
+    _on_device(q.device, backward, params)
+    del copies  # alive until the library has read them
+    return dq, dk, dv
+
+
+def _varlen_bwd_params(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                       max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, window_left,
+                       window_right, softcap, alibi_slopes, deterministic, rng_state):
+    """(params, dq, dk, dv, copies) of one varlen backward, as _bwd_params."""
+    given = (dout, q, k, v, out, alibi_slopes)
+    dout, q, k, v, out, alibi_slopes = (_last_dim_contiguous(x) for x in given)
+    copies = tuple(b for a, b in zip(given, (dout, q, k, v, out, alibi_slopes)) if a is not b)
     dq, dk, dv = _new_output(q), _new_output(k), _new_output(v)
     seed, offset = (int(x) % _U64 for x in rng_state.tolist()) if dropout_p > 0 else (0, 0)
     params = _ffi.BwdParams()
@@ -425,8 +453,13 @@ def _varlen_bwd_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                   window_right=window_right, softcap=softcap, alibi_slopes=alibi_slopes,
                   seed=seed, offset=offset)
     _fill_backward(params, dout, dq, dk, dv, deterministic)
-    _on_device(q.device, backward, params)
-    return dq, dk, dv
+    return params, dq, dk, dv, copies
+
+
+def _varlen_bwd_eager(*args):
+    """_varlen_bwd_impl for autograd's eager backward, through _bwd_plan (as _bwd_eager)."""
+    from . import _bwd_plan
+    return _bwd_plan.varlen_backward(*args)
 
 
 varlen_bwd = torch.library.custom_op("tileattn::varlen_bwd", mutates_args=())(_varlen_bwd_impl)
@@ -653,21 +686,31 @@ _EagerFwd = _eager_function("_EagerFwd", _eager_outputs(_fwd_run), _fwd_setup_co
 _EagerVarlenFwd = _eager_function("_EagerVarlenFwd", _eager_outputs(_varlen_fwd_run),
                                   _varlen_fwd_setup_context,
                                   _varlen_fwd_grads, torch.ops.tileattn.varlen_bwd,
-                                  _varlen_bwd_impl)
+                                  _varlen_bwd_eager)
+
+
+class _Form:
+    """What a recorded forward of one form (batch or varlen) needs from this module: the op's
+    setup_context and backward formula, and the backward to run with grad mode on (the op, which
+    refuses a double backward) or off (the eager plan path)."""
+
+    def __init__(self, setup_context, grads, backward_op, backward_eager):
+        self.setup_context, self.grads = setup_context, grads
+        self.backward_op, self.backward_eager = backward_op, backward_eager
 
 
 class _LaunchedFwd(torch.autograd.Function):
-    """A recorded flash_attn_func call without dropout or attention probabilities: `launch(q, k,
-    v, alibi_slopes)` gives (out, lse) -- a plan's launch (_fwd_plan.py), or the full path that
-    makes the plan -- and the context and backward are the op's.  Only `out` is an output: the
-    lse is saved, not returned, since each further output cost ~7 us an apply on the CI host."""
+    """A recorded call without dropout or attention probabilities: `launch(q, k, v)` gives (out,
+    lse) -- a plan's launch (_fwd_plan.py), or the full path that makes the plan -- and the
+    context and backward are the op's (`form`, with `inputs` the op's arguments).  Only `out` is
+    an output: the lse is saved, not returned, since each further output cost ~7 us an apply on
+    the CI host."""
 
     @staticmethod
-    def forward(ctx, launch, q, k, v, alibi_slopes, options):
-        out, lse = launch(q, k, v, alibi_slopes)
-        scale, left, right, softcap, deterministic = options
-        _fwd_setup_context(ctx, (q, k, v, 0.0, scale, left, right, softcap, alibi_slopes, False,
-                                 deterministic), (out, lse, None, _NO_DROPOUT_RNG_STATE))
+    def forward(ctx, launch, form, q, k, v, inputs):
+        out, lse = launch(q, k, v)
+        form.setup_context(ctx, inputs, (out, lse, None, _NO_DROPOUT_RNG_STATE))
+        ctx.form = form
         ctx.set_materialize_grads(False)
         return out
 
@@ -675,9 +718,10 @@ class _LaunchedFwd(torch.autograd.Function):
     def backward(ctx, dout):
         if dout is None:
             return (None,) * 6
-        dq, dk, dv = _fwd_grads(ctx, dout, torch.ops.tileattn.bwd if torch.is_grad_enabled()
-                                else _bwd_eager)[:3]
-        return None, dq, dk, dv, None, None
+        form = ctx.form
+        dq, dk, dv = form.grads(ctx, dout, form.backward_op if torch.is_grad_enabled()
+                                else form.backward_eager)[:3]
+        return None, None, dq, dk, dv, None
 
 
 def _call(op, eager, impl, tensors, args):
@@ -692,35 +736,60 @@ _fwd_direct = _direct(_fwd_run)
 _varlen_fwd_direct = _direct(_varlen_fwd_run)
 
 
-def call_fwd(q, k, v, *options, on_success=None):
-    """`on_success(params, lse, recorded, saved)`, when given, sees the parameters of an eager
-    call (one no tracer sees) without dropout or attention probabilities, after the library
-    accepted them, with whether autograd records the call and the options its backward needs
-    (_fwd_plan keeps them for the next call with the same signature).  Such a call that autograd
-    records returns (out, None, None, None)."""
-    dropout_p, return_probs = options[0], options[-2]
-    if on_success is None or dropout_p != 0 or return_probs or _traced((q, k, v)):
-        return _call(torch.ops.tileattn.fwd, _EagerFwd, _fwd_direct, (q, k, v), (q, k, v, *options))
+_BATCH = _Form(_fwd_setup_context, _fwd_grads, torch.ops.tileattn.bwd, _bwd_eager)
+_VARLEN = _Form(_varlen_fwd_setup_context, _varlen_fwd_grads, torch.ops.tileattn.varlen_bwd,
+                _varlen_bwd_eager)
 
-    _, scale, left, right, softcap, alibi_slopes, _, deterministic = options
+
+def _planned_call(form, params_of, q, k, v, options, on_success):
+    """An eager call whose parameters `on_success(params, lse, recorded, options)` sees once the
+    library accepted them (when it copied no input), recorded through _LaunchedFwd or not: (out,
+    lse or None, None, None).  `options`: the op's arguments after q, k, v; `params_of(q, k, v)`: the
+    full path's (params, out, lse, copies)."""
     recorded = _recorded((q, k, v))
-    saved = (scale, left, right, softcap, deterministic)
 
-    def launch(q, k, v, alibi_slopes):
-        params, out, lse, _, _, _, copies = _fwd_params(q, k, v, *options[:-1])
+    def launch(q, k, v):
+        params, out, lse, copies = params_of(q, k, v)
         _on_device(q.device, _ffi.library().forward, params)
         if not copies:
-            on_success(params, lse, recorded, saved)
+            on_success(params, lse, recorded, options)
         return out, lse
 
     if recorded:
-        return _LaunchedFwd.apply(launch, q, k, v, alibi_slopes, saved), None, None, None
-    return (*launch(q, k, v, alibi_slopes), None, None)
+        return _LaunchedFwd.apply(launch, form, q, k, v, (q, k, v, *options)), None, None, None
+    return (*launch(q, k, v), None, None)
 
 
-def call_varlen_fwd(q, k, v, *options):
-    return _call(torch.ops.tileattn.varlen_fwd, _EagerVarlenFwd, _varlen_fwd_direct, (q, k, v),
-                 (q, k, v, *options))
+def _plannable(on_success, dropout_p, return_probs, tensors):
+    return not (on_success is None or dropout_p != 0 or return_probs or _traced(tensors))
+
+
+def call_fwd(q, k, v, *options, on_success=None):
+    """`on_success(params, lse, recorded, options)`, when given, sees the parameters of an eager
+    call (one no tracer sees) without dropout or attention probabilities, after the library
+    accepted them, with whether autograd records the call (_fwd_plan keeps them for the next call
+    with the same signature).  Such a call that autograd records returns (out, None, None, None)."""
+    if not _plannable(on_success, options[0], options[-2], (q, k, v)):
+        return _call(torch.ops.tileattn.fwd, _EagerFwd, _fwd_direct, (q, k, v), (q, k, v, *options))
+
+    def params_of(q, k, v):
+        params, out, lse, _, _, _, copies = _fwd_params(q, k, v, *options[:-1])
+        return params, out, lse, copies
+
+    return _planned_call(_BATCH, params_of, q, k, v, options, on_success)
+
+
+def call_varlen_fwd(q, k, v, *options, on_success=None):
+    """As call_fwd, for the varlen form (options from cu_seqlens_q on)."""
+    if not _plannable(on_success, options[5], options[-2], (q, k, v)):
+        return _call(torch.ops.tileattn.varlen_fwd, _EagerVarlenFwd, _varlen_fwd_direct,
+                     (q, k, v), (q, k, v, *options))
+
+    def params_of(q, k, v):
+        params, out, lse, _, _, _, copies = _varlen_fwd_params(q, k, v, *options[:-1])
+        return params, out, lse, copies
+
+    return _planned_call(_VARLEN, params_of, q, k, v, options, on_success)
 
 
 def call_kvcache_fwd(q, k_cache, v_cache, k, v, *options, on_success=None):

@@ -69,7 +69,8 @@ def _batch_attention(check, q, k, v, names, dropout_p, softmax_scale, causal, wi
 def _varlen_attention(check, q, k, v, names, cu_seqlens_q, cu_seqlens_k, cu_names,
                       max_seqlen_q, max_seqlen_k, max_names, dropout_p, softmax_scale, causal,
                       window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
-                      seqused_k=None):
+                      seqused_k=None, plan=None):
+    given = (cu_seqlens_q, cu_seqlens_k, seqused_k)
     for name, x in zip(names, (q, k, v)):
         check.dims(x, name, 3, _PACKED_LAYOUT)
     check.dtype_and_device(list(zip(names, (q, k, v))))
@@ -92,9 +93,12 @@ def _varlen_attention(check, q, k, v, names, cu_seqlens_q, cu_seqlens_k, cu_name
     dropout_p, scale, left, right, softcap = _options(
         check, q, dropout_p, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[1], q.device)
+    # A plan points at the caller's index tensors: none for a call whose checks had to copy one.
+    copied = any(a is not b for a, b in zip(given, (cu_seqlens_q, cu_seqlens_k, seqused_k)))
     out, lse, probs, _ = _ops.call_varlen_fwd(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
-        scale, left, right, softcap, alibi_slopes, bool(return_attn_probs), bool(deterministic))
+        scale, left, right, softcap, alibi_slopes, bool(return_attn_probs), bool(deterministic),
+        on_success=None if plan is None or copied else functools.partial(_fwd_plan.store, plan))
     return (out, lse, probs) if return_attn_probs else out
 
 
@@ -253,6 +257,17 @@ def flash_attn_varlen_func(
     Extra (keyword only): seqused_k, int32 (batch_size,): keys actually used by each sequence.
     block_table (paged KV) is not supported yet and must be None.
     """
+    plan = None
+    if block_table is None:
+        plan = _fwd_plan.varlen_signature(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+            softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+            return_attn_probs, seqused_k)
+    if plan is not None:
+        out = _fwd_plan.run_varlen(plan, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                   alibi_slopes)
+        if out is not None:
+            return out
     check = Checker("flash_attn_varlen_func")
     if block_table is not None:
         raise NotImplementedError(
@@ -261,7 +276,7 @@ def flash_attn_varlen_func(
         check, q, k, v, ("q", "k", "v"), cu_seqlens_q, cu_seqlens_k,
         ("cu_seqlens_q", "cu_seqlens_k"), max_seqlen_q, max_seqlen_k,
         ("max_seqlen_q", "max_seqlen_k"), dropout_p, softmax_scale, causal, window_size, softcap,
-        alibi_slopes, deterministic, return_attn_probs, seqused_k=seqused_k)
+        alibi_slopes, deterministic, return_attn_probs, seqused_k=seqused_k, plan=plan)
 
 
 def flash_attn_with_kvcache(
