@@ -744,8 +744,8 @@ _VARLEN = _Form(_varlen_fwd_setup_context, _varlen_fwd_grads, torch.ops.tileattn
 def _planned_call(form, params_of, q, k, v, options, on_success):
     """An eager call whose parameters `on_success(params, lse, recorded, options)` sees once the
     library accepted them (when it copied no input), recorded through _LaunchedFwd or not: (out,
-    lse or None, None, None).  `options`: the op's arguments after q, k, v; `params_of(q, k, v)`: the
-    full path's (params, out, lse, copies)."""
+    lse or None, None, None).  `options`: the op's arguments after q, k, v; `params_of(q, k,
+    v)`: the full path's (params, out, lse, copies)."""
     recorded = _recorded((q, k, v))
 
     def launch(q, k, v):
@@ -768,7 +768,8 @@ def call_fwd(q, k, v, *options, on_success=None):
     """`on_success(params, lse, recorded, options)`, when given, sees the parameters of an eager
     call (one no tracer sees) without dropout or attention probabilities, after the library
     accepted them, with whether autograd records the call (_fwd_plan keeps them for the next call
-    with the same signature).  Such a call that autograd records returns (out, None, None, None)."""
+    with the same signature).  Such a call that autograd records returns (out, None, None,
+    None)."""
     if not _plannable(on_success, options[0], options[-2], (q, k, v)):
         return _call(torch.ops.tileattn.fwd, _EagerFwd, _fwd_direct, (q, k, v), (q, k, v, *options))
 

@@ -1,8 +1,9 @@
 """What the repeat-call fast paths (_kvcache_plan.py, _fwd_plan.py, _bwd_plan.py) share: a
 call's signature is everything the Python checks and the parameter struct depend on except data
 pointers and the stream; a plan is the struct of an earlier accepted call with that signature,
-which the next such call copies and fills with its own pointers.  The library validates the struct on every call, so
-a plan skips only Python-side checks that an identical signature already passed."""
+which the next such call copies and fills with its own pointers.  The library validates the
+struct on every call, so a plan skips only Python-side checks that an identical signature
+already passed."""
 
 import torch
 

@@ -19,7 +19,8 @@ HEADS, HEADS_K, DIM = 7, 1, 64
 
 def _packed(total_q, total_k, device, grad):
     def rand(rows, heads):
-        return torch.randn(rows, heads, DIM, dtype=torch.bfloat16, device=device).requires_grad_(grad)
+        x = torch.randn(rows, heads, DIM, dtype=torch.bfloat16, device=device)
+        return x.requires_grad_(grad)
     return rand(total_q, HEADS), rand(total_k, HEADS_K), rand(total_k, HEADS_K)
 
 
