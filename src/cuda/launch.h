@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/check.h"
+#include "cuda/smem_opt_in.h"
 #include "cuda/fwd_kernel.h"
 #include "cuda/kernel_traits.h"
 #include "cuda/launch_api.h"
@@ -18,8 +19,8 @@ void launch_fwd_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   auto kernel = &fwd_kernel<Traits, ScorePolicy, DropoutPolicy>;
   constexpr int kSmem = Traits::kSmemBytes;
   if (kSmem > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-               "cudaFuncSetAttribute(max dynamic shared memory)");
+    static SmemOptIn opt_in;
+    opt_in_smem(opt_in, kernel, kSmem, "cudaFuncSetAttribute(forward, max dynamic shared memory)");
   }
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.batch, p.num_heads);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(args);

@@ -7,6 +7,7 @@
 #include "cuda/backward/bwd_launch.h"
 #include "cuda/backward/bwd_products_sm80.cuh"
 #include "cuda/check.h"
+#include "cuda/smem_opt_in.h"
 
 namespace tileattn::cuda::bwd {
 
@@ -15,10 +16,9 @@ void launch_bwd_main(const BwdArgs& args, cudaStream_t stream) {
   using Traits = typename Products::Traits;
   const tileattn_fwd_params& f = args.p.fwd;
   auto kernel = fa2_bwd_kernel<Products, kTransforms, kDropout>;
-  // Above 48 KB a kernel must opt in; once per instance is enough.
-  static const cudaError_t opt_in =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
-  check_cuda(opt_in, "fa2_bwd_kernel smem opt-in");
+  // Above 48 KB a kernel must opt in, on each device it runs on.
+  static SmemOptIn opt_in;
+  opt_in_smem(opt_in, kernel, Traits::kSmemBytes, "fa2_bwd_kernel smem opt-in");
   const dim3 grid((f.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, f.batch, f.num_heads);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(args);
   check_cuda(cudaGetLastError(), "fa2_bwd_kernel");

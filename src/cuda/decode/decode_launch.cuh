@@ -17,6 +17,7 @@
 #include "cuda/decode/split_heuristic.h"
 #include "cuda/decode/split_kernel.cuh"
 #include "cuda/device_checks.h"  // sm_count
+#include "cuda/smem_opt_in.h"
 #include "cuda/stream_workspace.h"
 
 namespace tileattn::cuda::decode {
@@ -27,17 +28,16 @@ constexpr int split_dynamic_smem() {
   return kTma ? static_cast<int>(sizeof(TmaRing<T, kD>)) + 1024 : 0;  // + 1024: the kernel aligns the base
 }
 
-// Resident CTAs of the split kernel over all SMs, which the split heuristic fills.
+// Resident CTAs of the split kernel over all SMs, which the split heuristic fills (counted on the
+// first device that runs it), after the kernel's shared-memory opt-in on the current device.
 template <typename T, int kD, int kHalves, bool kTma, bool kPages>
 int prepare_split_kernel() {
-  static const int resident = [] {
+  constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
+  const auto kernel = split_kernel<T, kD, kHalves, kTma, kPages>;
+  static SmemOptIn opt_in;
+  if (dynamic_smem > 0) opt_in_smem(opt_in, kernel, dynamic_smem, "cudaFuncSetAttribute(decode split kernel)");
+  static const int resident = [kernel] {
     int per_sm = 0;
-    constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
-    const auto kernel = split_kernel<T, kD, kHalves, kTma, kPages>;
-    if (dynamic_smem > 0) {
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_smem),
-                 "cudaFuncSetAttribute(decode split kernel)");
-    }
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, dynamic_smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return sm_count() * std::max(per_sm, 1);

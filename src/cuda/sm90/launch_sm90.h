@@ -10,6 +10,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/check.h"
+#include "cuda/smem_opt_in.h"
 #include "cuda/device_checks.h"  // sm_count
 #include "cuda/mask_policy.h"
 #include "cuda/sm90/fwd_kernel_sm90.h"
@@ -67,8 +68,8 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
 
   auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy>;
   constexpr int kSmem = Traits::kSmemBytes;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-             "cudaFuncSetAttribute(max dynamic shared memory)");
+  static SmemOptIn opt_in;
+  opt_in_smem(opt_in, kernel, kSmem, "cudaFuncSetAttribute(sm90 forward, max dynamic shared memory)");
   kernel<<<grid, Traits::kThreads, kSmem, stream>>>(prm);
   check_cuda(cudaGetLastError(), "sm90 forward kernel launch");
 }
