@@ -91,6 +91,8 @@ int main() {
   std::printf("%9.0f  kernel<<<>>> launch (queue drained every 64)\n", ns_per_call([&] {
                 empty_kernel<<<64, 128, 0, stream>>>(0);
               }, 4096, 64));
+  // The launch as decode_launch.cuh's launch_programmatic makes it (repeated here: the probe links
+  // only the runtime).
   std::printf("%9.0f  cudaLaunchKernelEx, programmatic serialization (drained every 64)\n", ns_per_call([&] {
                 cudaLaunchConfig_t config{};
                 config.gridDim = dim3(64);
