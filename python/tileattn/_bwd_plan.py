@@ -43,22 +43,15 @@ def _backward(key, full, fill_more, dout, q, k, v, out, lse, alibi_slopes):
             fill_more(params.fwd)
         params.dout = dout.data_ptr()
         params.dq, params.dk, params.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
-        try:
-            call_with_workspace(_ffi.library().backward, params, workspace_bytes, q)
-        except _ffi.InvalidArgumentError as error:
-            if error.argument != "workspace":
-                raise
-            _plans.drop(key)  # the kernel choice moved under the plan: start over
-        else:
+        if call_with_workspace(_plans, key, _ffi.library().backward, params, on_cuda,
+                               workspace_bytes, q):
             hits += 1
             return dq, dk, dv
     params, dq, dk, dv, copies = full()
+    workspace_bytes = _ops._on_device(q.device, _ops.backward, params)
     on_cuda = params.fwd.device == _ffi.DEVICE_CUDA
-    if on_cuda and on_other_device(q):
-        _ops._on_device(q.device, _ops.backward, params)
-        return dq, dk, dv
-    workspace_bytes = _ops.backward(params)
-    if key is not None and not copies:
+    # A plan launches on the current device, so none from a call on another one.
+    if key is not None and not copies and not (on_cuda and on_other_device(q)):
         _plans.store(key, (params, on_cuda, workspace_bytes))
     return dq, dk, dv
 

@@ -82,13 +82,8 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
         params.k_new, params.v_new = k.data_ptr(), v.data_ptr()
     if rotary_cos is not None:
         params.rotary_cos, params.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
-    try:
-        call_with_workspace(_ffi.library().forward_kvcache, params, workspace_bytes, q)
-    except _ffi.InvalidArgumentError as error:
-        if error.argument != "workspace":
-            raise
-        # The kernel choice moved under the plan (TILEATTN_DECODE_FAMILY changed): start over.
-        _plans.drop(key)
+    if not call_with_workspace(_plans, key, _ffi.library().forward_kvcache, params, on_cuda,
+                               workspace_bytes, q):
         return None
     hits += 1
     return out, lse

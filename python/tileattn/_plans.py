@@ -7,7 +7,7 @@ already passed."""
 
 import torch
 
-from . import _ops
+from . import _ffi, _ops
 
 
 def tensor_key(x):
@@ -42,17 +42,19 @@ def fill_call(fwd, on_cuda, q, k, v, out, lse, alibi_slopes):
         fwd.num_threads = torch.get_num_threads()
 
 
-def call_with_workspace(call, params, workspace_bytes, like):
-    """`call(params)` with the plan's `workspace_bytes` of CUDA scratch (0 or None: none) from
-    torch's allocator, as _ops._with_workspace gives the full path, on `like`'s device, which the
-    plan checked is the current one.  like.new_empty costs about half of a torch.empty that names
-    the device (~1.5 us less on the CI host)."""
-    workspace = None
-    if workspace_bytes:
-        workspace = like.new_empty((workspace_bytes,), dtype=torch.uint8)
-        params.workspace = workspace.data_ptr()  # workspace_bytes: the template's, the same size
-    call(params)
-    del workspace  # alive until the library has read it
+def call_with_workspace(plans, key, call, params, on_cuda, workspace_bytes, like):
+    """`call(params)` with the plan's `workspace_bytes` of CUDA scratch (_ops._with_workspace, on
+    `like`'s device, which the plan checked is the current one).  False, with the plan dropped,
+    when the library refuses that size: the kernel choice moved under the plan
+    (TILEATTN_DECODE_FAMILY changed), and the full path must run."""
+    try:
+        _ops._with_workspace(params, on_cuda, None, call, workspace_bytes, like)
+    except _ffi.InvalidArgumentError as error:
+        if error.argument != "workspace":
+            raise
+        plans.drop(key)
+        return False
+    return True
 
 
 def empty_like_shape(tensor):
