@@ -49,6 +49,5 @@ TILEATTN_API void forward_kvcache(const KvCacheParams& params);
 TILEATTN_API int64_t kvcache_workspace_size(const KvCacheParams& params);
 // Bytes of workspace backward may use with these params (tileattn_backward_workspace_size).
 TILEATTN_API int64_t backward_workspace_size(const BackwardParams& params);
-TILEATTN_API int64_t kvcache_workspace_size(const KvCacheParams& params);
 
 }  // namespace tileattn
