@@ -516,29 +516,7 @@ varlen_bwd.register_autograd(_no_double_backward, setup_context=_no_setup)
 
 
 # ---------------------------------------------------------------------------------------------
-# Decoding over a KV cache: appends k/v into k_cache/v_cache in place (hence mutates_args), then
-# attends.  No autograd: flash-attn's kvcache path is inference only.
-
-def _opt_ptr(x):
-    return 0 if x is None else x.data_ptr()
-
-
-def _kvcache_fwd_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
-                v: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor],
-                cache_seqlens: Tensor, cache_batch_idx: Optional[Tensor],
-                cache_leftpad: Optional[Tensor], block_table: Optional[Tensor],
-                softmax_scale: float, window_left: int, window_right: int, softcap: float,
-                rotary_interleaved: bool, alibi_slopes: Optional[Tensor],
-                num_splits: int) -> Tuple[Tensor, Tensor]:
-    """Returns (out, softmax_lse (B, H, Sq)); k_cache and v_cache receive k and v."""
-    params, out, lse, copies = kvcache_params(
-        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-        cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
-        rotary_interleaved, alibi_slopes, num_splits)
-    _on_device(q.device, forward_kvcache, params)
-    del copies  # alive until the library has read them
-    return out, lse
-
+# CUDA scratch for the backward and the decode (_kvcache_ops.py), from torch's allocator.
 
 def _with_workspace(params, on_cuda, size_of, call, workspace_bytes, like=None):
     """`call(params)` with the CUDA scratch from torch's allocator (of `workspace_bytes`, or of
@@ -563,75 +541,10 @@ def _with_workspace(params, on_cuda, size_of, call, workspace_bytes, like=None):
     return workspace_bytes
 
 
-def forward_kvcache(params, workspace_bytes=None):
-    lib = _ffi.library()
-    return _with_workspace(params, params.fwd.device == _ffi.DEVICE_CUDA,
-                           lib.kvcache_workspace_size, lib.forward_kvcache, workspace_bytes)
-
-
 def backward(params, workspace_bytes=None):
     lib = _ffi.library()
     return _with_workspace(params, params.fwd.device == _ffi.DEVICE_CUDA,
                            lib.backward_workspace_size, lib.backward, workspace_bytes)
-
-
-def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                   cache_batch_idx, cache_leftpad, block_table, softmax_scale, window_left,
-                   window_right, softcap, rotary_interleaved, alibi_slopes, num_splits):
-    """(params, out, lse, copies) for one kvcache call.  `copies` holds the inputs copied to
-    make a last dim contiguous, which params point at: the caller keeps it until the library
-    call returns (on the CPU backend a freed copy's memory is reused at once)."""
-    given = (q, k, v, rotary_cos, rotary_sin, alibi_slopes)
-    q, k, v, rotary_cos, rotary_sin, alibi_slopes = (_last_dim_contiguous(x) for x in given)
-    if rotary_cos is not None:
-        rotary_cos, rotary_sin = rotary_cos.contiguous(), rotary_sin.contiguous()
-    used = (q, k, v, rotary_cos, rotary_sin, alibi_slopes)
-    copies = tuple(b for a, b in zip(given, used) if a is not b)
-    batch, seqlen_q, num_heads, _ = q.shape
-    paged = block_table is not None
-    seqlen_k = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
-    out = _new_output(q)
-    lse = _new_output(q, (batch, num_heads, seqlen_q), torch.float32)
-    params = _ffi.KvCacheParams()
-    _fill_forward(params.fwd, q, k_cache, v_cache, out, lse, None, batch=batch, seqlen_q=seqlen_q,
-                  seqlen_k=seqlen_k, varlen=False, cu_seqlens_q=None, cu_seqlens_k=None,
-                  seqused_k=None, dropout_p=0.0, softmax_scale=softmax_scale,
-                  window_left=window_left, window_right=window_right, softcap=softcap,
-                  alibi_slopes=alibi_slopes, seed=0, offset=0)
-    params.cache_seqlens = cache_seqlens.data_ptr()
-    params.cache_batch_idx = _opt_ptr(cache_batch_idx)
-    params.cache_leftpad = _opt_ptr(cache_leftpad)
-    if paged:
-        params.block_table = block_table.data_ptr()
-        params.block_table_batch_stride = block_table.stride(0)
-        params.num_cache_entries = block_table.shape[0]
-        params.num_blocks, params.page_size = k_cache.shape[0], k_cache.shape[1]
-        params.max_blocks = block_table.shape[1]
-    else:
-        params.num_cache_entries = k_cache.shape[0]
-    if k is not None:
-        params.k_new, params.v_new = k.data_ptr(), v.data_ptr()
-        params.k_new_batch_stride, params.k_new_row_stride, params.k_new_head_stride = _rows(k)
-        params.v_new_batch_stride, params.v_new_row_stride, params.v_new_head_stride = _rows(v)
-        params.seqlen_new = k.shape[1]
-    if rotary_cos is not None:
-        params.rotary_cos, params.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
-        params.rotary_seqlen, params.rotary_dim = rotary_cos.shape[0], 2 * rotary_cos.shape[1]
-        params.rotary_interleaved = 1 if rotary_interleaved else 0
-    params.num_splits = num_splits
-    return params, out, lse, copies
-
-
-kvcache_fwd = torch.library.custom_op(
-    "tileattn::kvcache_fwd", mutates_args=("k_cache", "v_cache"))(_kvcache_fwd_impl)
-
-
-@kvcache_fwd.register_fake
-def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-      cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
-      rotary_interleaved, alibi_slopes, num_splits):
-    batch, seqlen_q, num_heads, _ = q.shape
-    return q.new_empty(q.shape), q.new_empty((batch, num_heads, seqlen_q), dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -793,17 +706,3 @@ def call_varlen_fwd(q, k, v, *options, on_success=None):
         return params, out, lse, copies
 
     return _planned_call(_VARLEN, params_of, q, k, v, options, on_success)
-
-
-def call_kvcache_fwd(q, k_cache, v_cache, k, v, *options, on_success=None):
-    """`on_success(params, lse)`, when given, sees an eager call's parameters after the library
-    accepted them (_kvcache_plan keeps them for the next call with the same signature)."""
-    if _dispatch_needed(q, k_cache, v_cache, k, v):
-        return torch.ops.tileattn.kvcache_fwd(q, k_cache, v_cache, k, v, *options)
-    if on_success is None:
-        return _kvcache_fwd_impl(q, k_cache, v_cache, k, v, *options)
-    params, out, lse, copies = kvcache_params(q, k_cache, v_cache, k, v, *options)
-    _on_device(q.device, forward_kvcache, params)
-    if not copies:
-        on_success(params, lse)
-    return out, lse

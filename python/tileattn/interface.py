@@ -23,7 +23,7 @@ import functools
 
 import torch
 
-from . import _fwd_plan, _kvcache_plan, _ops
+from . import _fwd_plan, _kvcache_ops, _kvcache_plan, _ops
 from ._checks import Checker
 from ._ffi import DtypeError, InvalidArgumentError
 
@@ -387,7 +387,7 @@ def flash_attn_with_kvcache(
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[2], q.device)
     if not isinstance(num_splits, int) or num_splits < 0:
         check.fail(InvalidArgumentError, "num_splits", f"must be an int >= 0, got {num_splits!r}")
-    out, lse = _ops.call_kvcache_fwd(
+    out, lse = _kvcache_ops.call_kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, scale, left, right, softcap, bool(rotary_interleaved),
         alibi_slopes, num_splits,

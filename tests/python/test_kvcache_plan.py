@@ -9,7 +9,7 @@ import torch
 
 import tileattn
 from conftest import DEVICES
-from tileattn import _ffi, _kvcache_plan, _ops
+from tileattn import _ffi, _kvcache_ops, _kvcache_plan, _ops
 from test_kvcache import CASES, DEFAULTS, check_against_reference, make_problem
 
 
@@ -98,7 +98,7 @@ def test_cuda_workspace_is_sized_and_checked_before_anything_runs():
     v_cache = torch.randn_like(k_cache)
     k, v = torch.randn(2, 1, 1, 8, 128, dtype=torch.bfloat16, device="cuda")
     seqlens = torch.tensor([1000], dtype=torch.int32, device="cuda")
-    params, _, _, copies = _ops.kvcache_params(
+    params, _, _, copies = _kvcache_ops.kvcache_params(
         q, k_cache, v_cache, k, v, None, None, seqlens, None, None, None, 128 ** -0.5, -1, -1, 0.0,
         True, None, 0)
     assert not copies
@@ -112,4 +112,4 @@ def test_cuda_workspace_is_sized_and_checked_before_anything_runs():
     assert info.value.argument == "workspace" and str(needed) in str(info.value)
     torch.cuda.synchronize()
     assert torch.equal(k_cache[0, 1000], before)
-    assert _ops.forward_kvcache(params) == needed  # sized by the library this time
+    assert _kvcache_ops.forward_kvcache(params) == needed  # sized by the library this time
