@@ -24,6 +24,17 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
     timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$OUT/check_forward.log" 2>&1 || rc=1
     tail -2 "$OUT/check_forward.log"
   fi
+  # Non-causal calls without a window or sequence bounds run the K/V-multicast kernel (two CTAs of a
+  # cluster share each K/V load) where auto finds the query blocks pair up; forced on, every such
+  # call runs it, the ones whose second CTA has no rows included.
+  TILEATTN_FORWARD_KV_MULTICAST=on timeout 180 python3 tests/cuda/check_forward.py "$LIB" \
+    > "$OUT/check_forward_kv_multicast.log" 2>&1 || rc=1
+  tail -2 "$OUT/check_forward_kv_multicast.log"
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_KV_MULTICAST=on timeout 300 $PYTEST \
+    tests/python -k "not grad and not backward and not kvcache" 2>&1 | tee "$OUT/pytest_cuda_kv_multicast.log" | tail -2 || rc=1
+  TILEATTN_FORWARD_KV_MULTICAST=on timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    python3 tests/cuda/sanitize_forward.py > "$OUT/sanitize_forward_kv_multicast.log" 2>&1 || rc=1
+  tail -2 "$OUT/sanitize_forward_kv_multicast.log"
   # On sm90 the runs above use the Hopper forward family (src/cuda/cuda_forward.cu); the forward
   # tests again with the sm80 family forced, which serves what the sm90 family does not (unaligned
   # or zero strides) and other GPUs.

@@ -156,6 +156,32 @@ def test_unknown_forward_family_is_an_error(monkeypatch):
     torch.testing.assert_close(flash_attn_func(x, x, x), tileattn_auto_family(x), rtol=0, atol=1e-2)
 
 
+def test_kv_multicast_choice(monkeypatch):
+    """TILEATTN_FORWARD_KV_MULTICAST picks the Hopper forward whose K/V loads two CTAs share: a typo
+    raises naming it, and on and off give bitwise the same output and LSE (the same products in
+    the same order), at an even count of query blocks and at one block (whose cluster's second
+    CTA has no rows)."""
+    if not (torch.cuda.is_available() and tileattn.has_cuda()
+            and torch.cuda.get_device_capability() == (9, 0)):
+        pytest.skip("the K/V-multicast kernel is the sm90 forward's")
+    # The suite also runs with the sm80 family forced, which never reads the variable.
+    monkeypatch.setenv("TILEATTN_FORWARD_FAMILY", "sm90")
+    monkeypatch.setenv("TILEATTN_FORWARD_KV_MULTICAST", "yes")
+    x = torch.randn(1, 256, 2, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError) as raised:
+        flash_attn_func(x, x, x)
+    assert raised.value.argument == "TILEATTN_FORWARD_KV_MULTICAST"
+    for sq, sk in [(256, 300), (17, 1000)]:
+        q = torch.randn(2, sq, 4, 128, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(2, sk, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        results = []
+        for choice in ("on", "off"):
+            monkeypatch.setenv("TILEATTN_FORWARD_KV_MULTICAST", choice)
+            out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
+            results.append((out, lse))
+        assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
 # TILEATTN_BACKWARD_FAMILY picks the backward's products (wgmma on Hopper, else mma.sync);
 # TILEATTN_BACKWARD_WS the warp-specialized Hopper kernel (auto, 0 or 1; auto uses it for d65-128).
 @pytest.mark.parametrize("variable, typo, choices, head_dim", [

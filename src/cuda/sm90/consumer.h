@@ -20,6 +20,7 @@
 #include "common/sequence.h"
 #include "cuda/cute_utils.h"
 #include "cuda/mask_policy.h"
+#include "cuda/sm90/cluster_sm90.h"
 #include "cuda/sm90/epilogue_sm90.h"
 #include "cuda/sm90/kernel_params_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
@@ -85,11 +86,12 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
   uint32_t q_full_parity = 0;
   const PingPong<Traits::kConsumers> ping_pong{consumer};
   if (consumer == Traits::kConsumers - 1) ping_pong.pass_turn();  // consumer 0 issues first
+  const CtaTiles<Traits> tiles{prm.scheduler};
 
   for (int round = 0;; ++round) {
-    const int tile = prm.scheduler.tile_of(round, blockIdx.x, gridDim.x);
-    if (tile >= prm.scheduler.num_tiles) break;
-    const TileCoords tc = prm.scheduler.coords(tile);
+    const int tile = tiles.tile_of(round);
+    if (tiles.done(tile)) break;
+    const TileCoords tc = tiles.coords(tile);
     const SequenceView seq = sequence_view(p, tc.batch);
     const int m0 = tc.m_block * Traits::kBlockM;
     if constexpr (Traits::kSeqBounds) {
@@ -160,7 +162,8 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       // pipelined loop: a per-block branch there cost 7-36% at every shape (branch
       // wip/sm90-consumer-own-keys).  d64 (192-row tiles) at 512 tokens: the third consumer of a
       // head's last tile is padding, and under causal masks 7 of a head's 27 consumer blocks are
-      // unseen.
+      // unseen.  In a cluster (cluster_sm90.h) a CTA whose tile lies past seqlen_q walks all of it
+      // this way, releasing the stages its peer's multicasts fill.
       const int own_max = row0 < seq.seqlen_q ? key_block_range(row0, kRowsPerConsumer, kBlockN, seq.seqlen_q,
                                                                   seq.seqlen_k, p.window_left, p.window_right)
                                                     .n_block_max
@@ -170,11 +173,11 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
         ping_pong.wait_turn();
         ping_pong.pass_turn();
-        EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
+        release_kv_stage<Traits>(&ss.k_empty[k_stage.index]);
         k_stage.advance();
         release_q_after_last_qk(n);
         FullBarrier::wait(&ss.v_full[v_stage.index], v_stage.phase);
-        EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
+        release_kv_stage<Traits>(&ss.v_empty[v_stage.index]);
         v_stage.advance();
       }
       if (n >= range.n_block_min) {
@@ -184,7 +187,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         ping_pong.pass_turn();
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_s);
-        EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
+        release_kv_stage<Traits>(&ss.k_empty[k_stage.index]);
         k_stage.advance();
         release_q_after_last_qk(n);
         scores_of_block(n);
@@ -207,7 +210,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
           ping_pong.pass_turn();
           warpgroup_wait<1>();  // S landed; the PV wgmma may still run
           warpgroup_fence_operand(acc_s);
-          EmptyBarrier::arrive(&ss.k_empty[k_stage.index]);
+          release_kv_stage<Traits>(&ss.k_empty[k_stage.index]);
           k_stage.advance();
           release_q_after_last_qk(n);
           scores_of_block(n);
@@ -217,7 +220,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
           }
           warpgroup_wait<0>();
           warpgroup_fence_operand(acc_o);
-          EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
+          release_kv_stage<Traits>(&ss.v_empty[v_stage.index]);
           v_stage.advance();
           if (rescale) softmax.rescale_o(acc_o_rows, correction);
           rP = convert_fragment<Element>(acc_s);
@@ -229,7 +232,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         wgmma_issue<false>(mma_pv, tOrP, tOrV(_, _, _, v_stage.index), acc_o);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_o);
-        EmptyBarrier::arrive(&ss.v_empty[v_stage.index]);
+        release_kv_stage<Traits>(&ss.v_empty[v_stage.index]);
         v_stage.advance();
       }
     }

@@ -3,12 +3,14 @@
 //   warpgroups 1 ..: consumers; take registers (setmaxnreg 240 for two, 160 for three), each runs 64
 //   query rows of a tile.  128 x 24 + 256 x 240 = 64512 or 128 x 24 + 384 x 160 = 64512 of the
 //   SM's 65536 registers.
+// With Traits::kClusterSize 2, two CTAs of a cluster share each K/V load (cluster_sm90.h).
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include "cuda/sm90/cluster_sm90.h"
 #include "cuda/sm90/consumer.h"
 #include "cuda/sm90/kernel_params_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
@@ -34,12 +36,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel_sm90(const __g
     for (int s = 0; s < Traits::kStages; ++s) {
       FullBarrier::init(&ss.k_full[s], 1);
       FullBarrier::init(&ss.v_full[s], 1);
-      EmptyBarrier::init(&ss.k_empty[s], Traits::kConsumerThreads);
-      EmptyBarrier::init(&ss.v_empty[s], Traits::kConsumerThreads);
+      EmptyBarrier::init(&ss.k_empty[s], kv_empty_arrivals<Traits>());
+      EmptyBarrier::init(&ss.v_empty[s], kv_empty_arrivals<Traits>());
     }
     cutlass::arch::fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (Traits::kClusterSize > 1) {
+    cute::cluster_sync();  // the peer CTA arrives on these barriers and multicasts against them
+  } else {
+    __syncthreads();
+  }
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();

@@ -24,6 +24,7 @@ struct Sm90Traits {
   static constexpr int kOCols = sm90_o_pass_cols(kHeadDim_);  // head-dim columns of one O store
   static constexpr int kOPasses = kHeadDim_ / kOCols;
   static constexpr bool kSeqBounds = false;  // sequence_bounds_sm90.h
+  static constexpr int kClusterSize = 1;     // CTAs sharing each K/V load (cluster_sm90.h)
   static constexpr int kRows = kRowsPerConsumer;  // query rows of one consumer warpgroup
   static constexpr int kConsumers = sm90_consumers(kHeadDim_);
   static constexpr int kBlockM = kConsumers * kRowsPerConsumer;  // query rows per tile
@@ -101,9 +102,14 @@ struct Sm90Traits {
   using TmaQ = decltype(cute::make_tma_copy(
       cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
       SmemLayoutQHalf{}, cute::Shape<Rows, HeadDim>{}, cute::_1{}));
-  using TmaKV = decltype(cute::make_tma_copy(
-      cute::SM90_TMA_LOAD{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
-      cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<BlockN, HeadDim>{}, cute::_1{}));
+  // K and V loaded by `kCopies` CTAs of a cluster, each a 1/kCopies slice of the block's rows
+  // multicast to all of them (LoadOp SM90_TMA_LOAD_MULTICAST), or by one CTA alone (SM90_TMA_LOAD, 1).
+  template <typename LoadOp, int kCopies>
+  using TmaKVOf = decltype(cute::make_tma_copy(
+      LoadOp{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<BlockN, HeadDim>{}, cute::Int<kCopies>{}));
+  using KVLoadOp = cute::SM90_TMA_LOAD;
+  using TmaKV = TmaKVOf<KVLoadOp, 1>;
   using TmaO = decltype(cute::make_tma_copy(
       cute::SM90_TMA_STORE{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
       SmemLayoutO{}, cute::Shape<Rows, OCols>{}, cute::_1{}));
@@ -118,7 +124,7 @@ struct Sm90Traits {
     uint64_t q_full;            // Q landed (TMA transaction barrier)
     uint64_t q_empty;           // every consumer is done reading Q
     uint64_t k_full[kStages];   // K stage landed
-    uint64_t k_empty[kStages];  // every consumer thread is done reading K stage
+    uint64_t k_empty[kStages];  // every consumer (of every CTA sharing the load) is done reading K stage
     uint64_t v_full[kStages];
     uint64_t v_empty[kStages];
     cute::array_aligned<Element, kConsumers * kOElems, 1024> o;  // O staging of every consumer

@@ -13,6 +13,8 @@
 #include "cuda/smem_opt_in.h"
 #include "cuda/device_checks.h"  // sm_count
 #include "cuda/mask_policy.h"
+#include "cuda/sm90/cluster_launch.h"
+#include "cuda/sm90/cluster_sm90.h"
 #include "cuda/sm90/fwd_kernel_sm90.h"
 #include "cuda/sm90/gmem_view.h"
 #include "cuda/sm90/kernel_traits_sm90.h"
@@ -21,8 +23,10 @@
 
 namespace tileattn::cuda::sm90 {
 
+// Launches one kernel of the family; false (nothing launched) when its CTA cluster fits nowhere on
+// this GPU.
 template <typename Traits, typename ScorePolicy, typename DropoutPolicy>
-void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
+bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   using namespace cute;
   using Element = typename Traits::Element;
   using Rows = typename Traits::Rows;
@@ -51,27 +55,45 @@ void launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
                              p.out_row_stride, p.out_head_stride,
                              batch_stride(p.out_batch_stride, q_rows, p.out_row_stride));
   prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQHalf{}, Shape<Rows, HeadDim>{}, _1{});
-  prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename Traits::SmemLayoutKV{}),
-                            Shape<BlockN, HeadDim>{}, _1{});
-  prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename Traits::SmemLayoutKV{}),
-                            Shape<BlockN, HeadDim>{}, _1{});
+  using KVLoadOp = typename Traits::KVLoadOp;
+  using Copies = Int<Traits::kClusterSize>;
+  prm.tma_k = make_tma_copy(KVLoadOp{}, k, take<0, 2>(typename Traits::SmemLayoutKV{}), Shape<BlockN, HeadDim>{},
+                            Copies{});
+  prm.tma_v = make_tma_copy(KVLoadOp{}, v, take<0, 2>(typename Traits::SmemLayoutKV{}), Shape<BlockN, HeadDim>{},
+                            Copies{});
   prm.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{}, Shape<Rows, typename Traits::OCols>{},
                             _1{});
 
+  auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  constexpr int kCluster = Traits::kClusterSize;
+  static SmemOptIn opt_in;
+  opt_in_smem(opt_in, kernel, kSmem, "cudaFuncSetAttribute(sm90 forward, max dynamic shared memory)");
+  int slots = sm_count();  // CTAs (clusters with kCluster > 1) resident at once
+  if constexpr (kCluster > 1) {
+    static ClusterSlots cluster_slots;
+    slots = max_active_clusters(cluster_slots, kernel, Traits::kThreads, kSmem, kCluster);
+    if (slots == 0) return false;
+  }
+
+  // The scheduler orders the tiles of one CTA, or with a cluster the groups of kCluster query
+  // blocks its CTAs run side by side (cluster_sm90.h).
   const int num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const int num_m_groups = (num_m_blocks + kCluster - 1) / kCluster;
   const int64_t kv_bytes_per_head = 2ll * p.seqlen_k * p.head_dim * static_cast<int64_t>(sizeof(Element));
   // Causal or windowed tiles differ in length: the longest go first.
   const bool uneven = p.window_left >= 0 || p.window_right >= 0;
-  const int grid = std::min(num_m_blocks * p.batch * p.num_heads, sm_count());
+  const int groups = std::min(num_m_groups * p.batch * p.num_heads, slots);
   prm.scheduler =
-      TileScheduler::make(num_m_blocks, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven, grid);
+      TileScheduler::make(num_m_groups, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven, groups);
 
-  auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  static SmemOptIn opt_in;
-  opt_in_smem(opt_in, kernel, kSmem, "cudaFuncSetAttribute(sm90 forward, max dynamic shared memory)");
-  kernel<<<grid, Traits::kThreads, kSmem, stream>>>(prm);
-  check_cuda(cudaGetLastError(), "sm90 forward kernel launch");
+  if constexpr (kCluster > 1) {
+    launch_cluster_kernel(kernel, groups * kCluster, Traits::kThreads, kSmem, kCluster, stream, prm);
+  } else {
+    kernel<<<groups, Traits::kThreads, kSmem, stream>>>(prm);
+    check_cuda(cudaGetLastError(), "sm90 forward kernel launch");
+  }
+  return true;
 }
 
 template <int kHeadDim, typename Element>
@@ -79,17 +101,27 @@ int fwd_smem_bytes_sm90() {
   return Sm90Traits<kHeadDim, Element>::kSmemBytes;
 }
 
-// Eight kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
+// Nine kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
 // ALiBi, a negative scale), each with and without dropout, and each of those with and without
 // sequence bounds inside the tensors (varlen, seqused_k; sequence_bounds_sm90.h).  Dropout with
 // plain scores has its own kernel: through the transformed one it spilled (ptxas at d64: 1076
-// bytes a thread against 8 for plain scores).
+// bytes a thread against 8 for plain scores).  The ninth, in the buckets of two consumers (d128,
+// d256; kv_multicast_built): plain scores without dropout, causal mask, window or bounds, its K/V
+// loads shared by two CTAs (cluster_sm90.h; use_kv_multicast).
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
   using BoundsTraits = SequenceBoundsTraits<Traits>;
   const ForwardParams& p = args.params;
   const bool bounds = p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
+  const bool uneven = p.window_left >= 0 || p.window_right >= 0;
+  if constexpr (kv_multicast_built<Traits>()) {
+    if (!bounds && !uneven && !variant.transformed_scores && !variant.dropout &&
+        use_kv_multicast((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM) &&
+        launch_fwd_sm90_variant<KVMulticastTraits<Traits>, PlainScores, NoDropout>(args, stream)) {
+      return;
+    }
+  }
   const auto launch = [&](auto scores, auto dropout) {
     using Scores = decltype(scores);
     using Dropout = decltype(dropout);

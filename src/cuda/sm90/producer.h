@@ -12,6 +12,7 @@
 
 #include "common/sequence.h"
 #include "cuda/mask_policy.h"
+#include "cuda/sm90/cluster_sm90.h"
 #include "cuda/sm90/kernel_params_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
@@ -38,11 +39,22 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
   StageCounter<Traits::kStages> k_stage, v_stage;
   uint32_t q_empty_parity = 1;  // the first wait passes: nothing has used Q yet
   const int heads_per_kv = p.num_heads / p.num_heads_k;
+  const CtaTiles<Traits> tiles{prm.scheduler};
+  // In a cluster this CTA loads its slice of each K/V block's rows into every CTA (mask 0b11).
+  constexpr uint16_t kClusterMask = (1u << Traits::kClusterSize) - 1;
+  const int cluster_rank = static_cast<int>(blockIdx.x % Traits::kClusterSize);
+  auto kv_copy = [&](auto const& tma, uint64_t& full) __attribute__((always_inline)) {
+    if constexpr (Traits::kClusterSize > 1) {
+      return tma.with(full, kClusterMask);
+    } else {
+      return tma.with(full);
+    }
+  };
 
   for (int round = 0;; ++round) {
-    const int tile = prm.scheduler.tile_of(round, blockIdx.x, gridDim.x);
-    if (tile >= prm.scheduler.num_tiles) break;
-    const TileCoords tc = prm.scheduler.coords(tile);
+    const int tile = tiles.tile_of(round);
+    if (tiles.done(tile)) break;
+    const TileCoords tc = tiles.coords(tile);
     const SequenceView seq = sequence_view(p, tc.batch);
     const int m0 = tc.m_block * Traits::kBlockM;
     if constexpr (Traits::kSeqBounds) {
@@ -59,8 +71,9 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
                            Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
     Tensor gV = local_tile(rows_from<Traits::kSeqBounds>(mV(_, _, kv_head, batch), seq.k_base_row),
                            Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
-    auto k_parts = tma_partition(prm.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto v_parts = tma_partition(prm.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    using ClusterLayout = Layout<Int<Traits::kClusterSize>>;
+    auto k_parts = tma_partition(prm.tma_k, cluster_rank, ClusterLayout{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto v_parts = tma_partition(prm.tma_v, cluster_rank, ClusterLayout{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
     Tensor tKgK = get<0>(k_parts);  // (TMA, block)
     Tensor tKsK = get<1>(k_parts);  // (TMA, stage)
     Tensor tVgV = get<0>(v_parts);
@@ -69,13 +82,13 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     auto load_k = [&](int n) {
       EmptyBarrier::wait(&ss.k_empty[k_stage.index], k_stage.phase ^ 1u);
       FullBarrier::arrive_and_expect_tx(&ss.k_full[k_stage.index], Traits::kKVTileBytes);
-      copy(prm.tma_k.with(ss.k_full[k_stage.index]), tKgK(_, n), tKsK(_, k_stage.index));
+      copy(kv_copy(prm.tma_k, ss.k_full[k_stage.index]), tKgK(_, n), tKsK(_, k_stage.index));
       k_stage.advance();
     };
     auto load_v = [&](int n) {
       EmptyBarrier::wait(&ss.v_empty[v_stage.index], v_stage.phase ^ 1u);
       FullBarrier::arrive_and_expect_tx(&ss.v_full[v_stage.index], Traits::kKVTileBytes);
-      copy(prm.tma_v.with(ss.v_full[v_stage.index]), tVgV(_, n), tVsV(_, v_stage.index));
+      copy(kv_copy(prm.tma_v, ss.v_full[v_stage.index]), tVgV(_, n), tVsV(_, v_stage.index));
       v_stage.advance();
     };
 
@@ -89,10 +102,12 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     if (!has_keys) FullBarrier::arrive_and_expect_tx(&ss.q_full, 0);
     if (has_keys) {
       // One 64-row box per consumer; rows past seqlen_q come in as zeros.  A box that lies wholly
-      // past seqlen_q is not loaded: its consumer computes rows that are never stored.
+      // past seqlen_q is not loaded: its consumer computes rows that are never stored.  (A cluster's
+      // second tile can lie wholly past seqlen_q: no box at all.)
       Tensor gQ = local_tile(rows_from<Traits::kSeqBounds>(mQ(_, _, tc.head, batch), seq.q_base_row),
                              Shape<Rows, HeadDim>{}, make_coord(_, _0{}));
-      const int halves = min(Traits::kConsumers, (seq.seqlen_q - m0 + kRowsPerConsumer - 1) / kRowsPerConsumer);
+      const int halves =
+          max(0, min(Traits::kConsumers, (seq.seqlen_q - m0 + kRowsPerConsumer - 1) / kRowsPerConsumer));
       FullBarrier::arrive_and_expect_tx(&ss.q_full, halves * Traits::kQHalfBytes);
       for (int half = 0; half < halves; ++half) {
         Tensor sQ = make_tensor(make_smem_ptr(ss.q.data() + half * Traits::kQHalfElems),
@@ -106,6 +121,7 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
       load_v(n);
     }
   }
+  wait_kv_stages_released<Traits>(ss, k_stage, v_stage);
 }
 
 }  // namespace tileattn::cuda::sm90

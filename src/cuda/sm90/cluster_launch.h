@@ -1,0 +1,82 @@
+// Host side of the K/V-multicast forward (cluster_sm90.h): whether a call runs it, how many clusters
+// fit on the GPU at once, and the launch with a cluster dimension.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cuda/check.h"
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn::cuda::sm90 {
+
+// TILEATTN_FORWARD_KV_MULTICAST = auto (default) | on | off, read on every call like the family
+// variables (kernel_family.h), so a test or an A/B can force either kernel in one process.  auto
+// takes the cluster kernel when the query blocks pair up with little waste: an even count, or at
+// least 16 (the odd block's padding CTA is then under 1/32 of the work).  on takes it for every
+// call it can serve (d128 and d256 buckets; cluster_sm90.h), seqlen_q 1 included, which is how
+// the tests reach the padding CTA.
+inline bool use_kv_multicast(int num_m_blocks) {
+  constexpr const char* kVariable = "TILEATTN_FORWARD_KV_MULTICAST";
+  const char* mode = std::getenv(kVariable);
+  if (mode == nullptr || mode[0] == '\0' || std::strcmp(mode, "auto") == 0) {
+    return num_m_blocks % 2 == 0 || num_m_blocks >= 16;
+  }
+  if (std::strcmp(mode, "on") == 0) return true;
+  if (std::strcmp(mode, "off") == 0) return false;
+  throw Error(ErrorCode::kInvalidArgument, kVariable,
+              std::string(kVariable) + " must be auto, on or off, got '" + mode + "'");
+}
+
+// How many clusters of one kernel the current device runs at once, asked once per device (one per
+// kernel template instance): a cluster's CTAs must share a GPC, so with one CTA an SM the count
+// can be below sm_count / cluster_size.  0 when none fits (the caller runs the one-CTA kernel).
+struct ClusterSlots {
+  std::atomic<int> per_device[64] = {};
+};
+
+inline cudaLaunchConfig_t cluster_launch_config(int grid, int threads, int smem, int cluster, cudaStream_t stream,
+                                                cudaLaunchAttribute* attribute) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = cluster;
+  attribute->val.clusterDim.y = 1;
+  attribute->val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
+template <typename Kernel>
+int max_active_clusters(ClusterSlots& slots, Kernel kernel, int threads, int smem, int cluster) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device < 64) {
+    const int known = slots.per_device[device].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = cluster_launch_config(cluster, threads, smem, cluster, nullptr, &attribute);
+  int count = 0;
+  check_cuda(cudaOccupancyMaxActiveClusters(&count, kernel, &config), "cudaOccupancyMaxActiveClusters(sm90 forward)");
+  if (count > 0 && device < 64) slots.per_device[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+template <typename Kernel, typename Params>
+void launch_cluster_kernel(Kernel kernel, int grid, int threads, int smem, int cluster, cudaStream_t stream,
+                           Params const& params) {
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = cluster_launch_config(grid, threads, smem, cluster, stream, &attribute);
+  check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sm90 forward kernel launch (cluster)");
+}
+
+}  // namespace tileattn::cuda::sm90

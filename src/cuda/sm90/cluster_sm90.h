@@ -1,0 +1,104 @@
+// K/V multicast across a cluster of two CTAs (non-causal calls without a window or sequence bounds).
+//
+// The two CTAs of a cluster run neighbouring query tiles of one (batch, head), 2m and 2m + 1, so
+// every key block of their walk is the same.  Each CTA's producer loads half of each K and V block's
+// rows and multicasts it into both CTAs' shared memory, so each block crosses L2 -> SM once for two
+// tiles.  Why: at 1k tokens our d128 calls moved 1.9x cuDNN's bytes through L2 (5.1 TB/s against
+// 2.9; perf log, "L2 and DRAM traffic against cuDNN"), and a 128-row tile reads its whole K/V
+// (4 MB at 8k, d128) once per 128 query rows.
+//
+// What changes against the one-CTA kernel:
+//   - a stage is free only when the consumers of both CTAs are done with it: its empty barrier
+//     counts one arrival per consumer warp of each CTA (lane c of every consumer warp arrives on
+//     CTA c's barrier), and each CTA's full barrier expects the whole block's bytes, half from
+//     each producer's multicast;
+//   - the tile order is the scheduler's over pairs of query blocks (one "tile" of the scheduler is
+//     a cluster's two tiles); an odd last query block leaves its cluster's second CTA a tile past
+//     seqlen_q, which it walks without products (consumer.h) so both CTAs keep the same pipeline;
+//   - the barriers are initialized before a cluster-wide sync (the peer arrives on them), and each
+//     producer waits at the end until every stage is released, so no CTA exits while the other
+//     still arrives on its barriers.
+#pragma once
+
+#include <cute/arch/cluster_sm90.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+
+#include "cuda/sm90/pipeline_sm90.h"
+#include "cuda/sm90/tile_scheduler.h"
+
+namespace tileattn::cuda::sm90 {
+
+// Whether a bucket has the K/V-multicast kernel: the buckets of two consumer warpgroups (d128,
+// d256).  A/B against the one-CTA kernel, 16k tokens back to back (perf log, session 24): d128
+// +2-10% from 1k tokens, d256 +2-4%, both level at 512; d64 (three consumers, 192-row tiles)
+// lost at every length: 1-4% where auto would take it (1k, 4k-16k), 9% at 2k and 23% at 512
+// (odd counts of query blocks, a padding CTA a head), so its bucket does not build the kernel.
+template <typename Traits>
+constexpr bool kv_multicast_built() {
+  return Traits::kConsumers == 2;
+}
+
+// The traits of a kernel whose K and V loads are shared by a cluster of two CTAs.
+template <typename Base>
+struct KVMulticastTraits : Base {
+  static constexpr int kClusterSize = 2;
+  using KVLoadOp = cute::SM90_TMA_LOAD_MULTICAST;
+  using TmaKV = typename Base::template TmaKVOf<KVLoadOp, kClusterSize>;
+  static_assert(!Base::kSeqBounds, "sequence bounds give the two tiles of a cluster different key ranges");
+};
+
+// Arrivals a K or V stage's empty barrier needs per phase: every consumer thread of the CTA, or one
+// per consumer warp of each CTA of the cluster.
+template <typename Traits>
+constexpr int kv_empty_arrivals() {
+  return Traits::kClusterSize == 1 ? Traits::kConsumerThreads
+                                   : Traits::kClusterSize * Traits::kConsumerThreads / 32;
+}
+
+// A consumer thread is done reading a K or V stage.  In a cluster, lane c of each warp tells CTA c
+// (the wgmma that read the stage is a warpgroup's, so its wait in any lane covers the warp).
+template <typename Traits>
+__device__ __forceinline__ void release_kv_stage(uint64_t* empty) {
+  if constexpr (Traits::kClusterSize == 1) {
+    EmptyBarrier::arrive(empty);
+  } else {
+    const uint32_t lane = threadIdx.x % 32;
+    EmptyBarrier::arrive(empty, lane, lane < Traits::kClusterSize);
+  }
+}
+
+// The query tiles of this CTA in the scheduler's order.  With a cluster the scheduler orders pairs
+// of query blocks, and the CTA of rank r in its cluster takes block 2m + r of pair m.
+template <typename Traits>
+struct CtaTiles {
+  TileScheduler const& scheduler;
+  __device__ __forceinline__ int tile_of(int round) const {
+    return scheduler.tile_of(round, blockIdx.x / Traits::kClusterSize, gridDim.x / Traits::kClusterSize);
+  }
+  __device__ __forceinline__ bool done(int tile) const { return tile >= scheduler.num_tiles; }
+  __device__ __forceinline__ TileCoords coords(int tile) const {
+    TileCoords c = scheduler.coords(tile);
+    if constexpr (Traits::kClusterSize > 1) {
+      c.m_block = c.m_block * Traits::kClusterSize + static_cast<int>(blockIdx.x % Traits::kClusterSize);
+    }
+    return c;
+  }
+};
+
+// The producer's last step in a cluster: every stage released by both CTAs' consumers, i.e. every
+// arrival the peer sends this CTA's barriers has landed.  (The peer's multicasts into this CTA
+// are awaited by this CTA's own consumers.)
+template <typename Traits, typename Storage>
+__device__ __forceinline__ void wait_kv_stages_released(Storage& ss, StageCounter<Traits::kStages> k_stage,
+                                                        StageCounter<Traits::kStages> v_stage) {
+  if constexpr (Traits::kClusterSize > 1) {
+    for (int s = 0; s < Traits::kStages; ++s) {
+      EmptyBarrier::wait(&ss.k_empty[k_stage.index], k_stage.phase ^ 1u);
+      EmptyBarrier::wait(&ss.v_empty[v_stage.index], v_stage.phase ^ 1u);
+      k_stage.advance();
+      v_stage.advance();
+    }
+  }
+}
+
+}  // namespace tileattn::cuda::sm90

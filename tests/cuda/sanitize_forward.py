@@ -1,0 +1,30 @@
+"""Forward calls on CUDA for compute-sanitizer: the shapes that reach the K/V-multicast kernel's
+edges when it is forced (TILEATTN_FORWARD_KV_MULTICAST=on): one query block, whose cluster's
+second CTA has no rows (seqlen 1 and 17), an odd count of blocks (129 rows at d128, 130 at d256),
+d96 in the d128 bucket (columns past head_dim zero-filled), GQA, seqlen_k off the key block and
+below it, and an empty key set.  (The d64 bucket has no multicast kernel: cluster_sm90.h.)
+
+    TILEATTN_FORWARD_KV_MULTICAST=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
+"""
+import torch
+
+import tileattn
+
+
+def run():
+    torch.manual_seed(0)
+    dev, dt = "cuda", torch.bfloat16
+    for b, sq, sk, h, hk, d in [(1, 1, 1, 2, 2, 128), (2, 17, 130, 4, 4, 128), (1, 129, 300, 2, 1, 128),
+                                (1, 300, 77, 6, 2, 96), (1, 130, 77, 2, 2, 256), (2, 385, 1000, 7, 1, 128),
+                                (1, 256, 0, 2, 2, 128)]:
+        q = torch.randn(b, sq, h, d, device=dev, dtype=dt)
+        k = torch.randn(b, sk, hk, d, device=dev, dtype=dt)
+        v = torch.randn(b, sk, hk, d, device=dev, dtype=dt)
+        out, lse, _ = tileattn.flash_attn_func(q, k, v, return_attn_probs=True)
+        assert torch.isfinite(lse).all() or sk == 0, (sq, sk, d)
+    torch.cuda.synchronize()
+    print("sanitize_forward: done")
+
+
+if __name__ == "__main__":
+    run()
