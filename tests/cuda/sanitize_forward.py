@@ -2,7 +2,9 @@
 edges when it is forced (TILEATTN_FORWARD_KV_MULTICAST=on): one query block, whose cluster's
 second CTA has no rows (seqlen 1 and 17), an odd count of blocks (129 rows at d128, 130 at d256),
 d96 in the d128 bucket (columns past head_dim zero-filled), GQA, seqlen_k off the key block and
-below it, and an empty key set.  (The d64 bucket has no multicast kernel: cluster_sm90.h.)
+below it, and an empty key set, each without a mask and causal (bottom-right: with Sq > Sk the
+first tiles see no key while their cluster's second tiles do).  (The d64 bucket has no multicast
+kernel: cluster_sm90.h.)
 
     TILEATTN_FORWARD_KV_MULTICAST=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
 """
@@ -20,8 +22,9 @@ def run():
         q = torch.randn(b, sq, h, d, device=dev, dtype=dt)
         k = torch.randn(b, sk, hk, d, device=dev, dtype=dt)
         v = torch.randn(b, sk, hk, d, device=dev, dtype=dt)
-        out, lse, _ = tileattn.flash_attn_func(q, k, v, return_attn_probs=True)
-        assert torch.isfinite(lse).all() or sk == 0, (sq, sk, d)
+        for causal in (False, True):
+            out, lse, _ = tileattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+            assert torch.isfinite(out).all(), (sq, sk, d, causal)
     torch.cuda.synchronize()
     print("sanitize_forward: done")
 

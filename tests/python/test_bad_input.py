@@ -160,7 +160,8 @@ def test_kv_multicast_choice(monkeypatch):
     """TILEATTN_FORWARD_KV_MULTICAST picks the Hopper forward whose K/V loads two CTAs share: a typo
     raises naming it, and on and off give bitwise the same output and LSE (the same products in
     the same order), at an even count of query blocks and at one block (whose cluster's second
-    CTA has no rows)."""
+    CTA has no rows), without a mask, causal (the first tile of a cluster walks its peer's extra
+    block without products) and with a right window only."""
     if not (torch.cuda.is_available() and tileattn.has_cuda()
             and torch.cuda.get_device_capability() == (9, 0)):
         pytest.skip("the K/V-multicast kernel is the sm90 forward's")
@@ -171,13 +172,15 @@ def test_kv_multicast_choice(monkeypatch):
     with pytest.raises(ValueError) as raised:
         flash_attn_func(x, x, x)
     assert raised.value.argument == "TILEATTN_FORWARD_KV_MULTICAST"
-    for sq, sk in [(256, 300), (17, 1000)]:
+    for sq, sk, causal, window in [(256, 300, False, (-1, -1)), (17, 1000, False, (-1, -1)),
+                                   (256, 300, True, (-1, -1)), (1000, 700, True, (-1, -1)),
+                                   (384, 384, False, (-1, 77))]:
         q = torch.randn(2, sq, 4, 128, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(2, sk, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         results = []
         for choice in ("on", "off"):
             monkeypatch.setenv("TILEATTN_FORWARD_KV_MULTICAST", choice)
-            out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
+            out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
             results.append((out, lse))
         assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
 

@@ -16,14 +16,21 @@ namespace tileattn::cuda::sm90 {
 
 // TILEATTN_FORWARD_KV_MULTICAST = auto (default) | on | off, read on every call like the family
 // variables (kernel_family.h), so a test or an A/B can force either kernel in one process.  auto
-// takes the cluster kernel when the query blocks pair up with little waste: an even count, or at
-// least 16 (the odd block's padding CTA is then under 1/32 of the work).  on takes it for every
-// call it can serve (d128 and d256 buckets; cluster_sm90.h), seqlen_q 1 included, which is how
-// the tests reach the padding CTA.
-inline bool use_kv_multicast(int num_m_blocks) {
+// takes the cluster kernel when it measured faster (A/B, perf log, session 24):
+//   - tiles of equal length (no mask): when the query blocks pair up with little waste, an even
+//     count or at least 16 (the odd block's padding CTA is then under 1/32 of the work): d128
+//     +2-10% from 1k tokens, d256 +2-4%, 512 level;
+//   - causal or right-windowed tiles: above 32 query blocks (4k tokens at 128 rows): 8k-16k
+//     +2-5%, but 512-4k went 0.89-1.06, mostly lower (the first tile of a pair waits for its
+//     peer's extra block, and short tiles run in round groups that pairs make coarser).
+// on takes it for every call it can serve (d128 and d256 buckets; cluster_sm90.h), seqlen_q 1
+// included, which is how the tests reach the padding CTA.
+inline bool use_kv_multicast(int num_m_blocks, bool uneven_tiles) {
   constexpr const char* kVariable = "TILEATTN_FORWARD_KV_MULTICAST";
+  constexpr int kMinUnevenMBlocks = 33;
   const char* mode = std::getenv(kVariable);
   if (mode == nullptr || mode[0] == '\0' || std::strcmp(mode, "auto") == 0) {
+    if (uneven_tiles) return num_m_blocks >= kMinUnevenMBlocks;
     return num_m_blocks % 2 == 0 || num_m_blocks >= 16;
   }
   if (std::strcmp(mode, "on") == 0) return true;

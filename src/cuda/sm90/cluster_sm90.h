@@ -1,7 +1,8 @@
-// K/V multicast across a cluster of two CTAs (non-causal calls without a window or sequence bounds).
+// K/V multicast across a cluster of two CTAs (calls without a left window or sequence bounds).
 //
-// The two CTAs of a cluster run neighbouring query tiles of one (batch, head), 2m and 2m + 1, so
-// every key block of their walk is the same.  Each CTA's producer loads half of each K and V block's
+// The two CTAs of a cluster run neighbouring query tiles of one (batch, head), 2m and 2m + 1, and
+// walk the same key blocks (under a causal mask the union of their ranges: cta_key_range).  Each
+// CTA's producer loads half of each K and V block's
 // rows and multicasts it into both CTAs' shared memory, so each block crosses L2 -> SM once for two
 // tiles.  Why: at 1k tokens our d128 calls moved 1.9x cuDNN's bytes through L2 (5.1 TB/s against
 // 2.9; perf log, "L2 and DRAM traffic against cuDNN"), and a 128-row tile reads its whole K/V
@@ -12,6 +13,10 @@
 //     counts one arrival per consumer warp of each CTA (lane c of every consumer warp arrives on
 //     CTA c's barrier), and each CTA's full barrier expects the whole block's bytes, half from
 //     each producer's multicast;
+//   - both CTAs walk the same blocks: without a mask every tile's range is the whole key set;
+//     under a causal mask (a right window) tile 2m + 1 sees up to one block more than tile 2m,
+//     which tile 2m walks without products (consumer.h's peeled walk of the blocks none of a
+//     consumer's rows sees);
 //   - the tile order is the scheduler's over pairs of query blocks (one "tile" of the scheduler is
 //     a cluster's two tiles); an odd last query block leaves its cluster's second CTA a tile past
 //     seqlen_q, which it walks without products (consumer.h) so both CTAs keep the same pipeline;
@@ -23,6 +28,9 @@
 #include <cute/arch/cluster_sm90.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 
+#include "common/sequence.h"
+#include "cuda/launch_api.h"  // ForwardParams
+#include "cuda/mask_policy.h"
 #include "cuda/sm90/pipeline_sm90.h"
 #include "cuda/sm90/tile_scheduler.h"
 
@@ -84,6 +92,29 @@ struct CtaTiles {
     return c;
   }
 };
+
+// The key blocks this CTA walks for query block m_block: its own tile's range and masking bounds,
+// and in a cluster the walk's top raised to the cluster's last tile's, so both CTAs walk (and load
+// halves of) the same blocks.  Without a left window every range starts at block 0 (lo = 0 in
+// key_block_range, also for a tile that sees no key), so the top is all that differs; the host
+// runs clusters only then (run_fwd_sm90).  The last tile's top is the union's: hi grows with the
+// tile's last row, and a tile past seqlen_q has the same last row as the one before it.
+template <typename Traits>
+__device__ __forceinline__ KeyBlockRange cta_key_range(int m_block, SequenceView const& seq,
+                                                       ForwardParams const& p) {
+  KeyBlockRange range = key_block_range(m_block * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN, seq.seqlen_q,
+                                        seq.seqlen_k, p.window_left, p.window_right);
+  if constexpr (Traits::kClusterSize > 1) {
+    const int last = (m_block / Traits::kClusterSize + 1) * Traits::kClusterSize - 1;
+    if (last != m_block) {
+      range.n_block_max = max(range.n_block_max,
+                              key_block_range(last * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN, seq.seqlen_q,
+                                              seq.seqlen_k, p.window_left, p.window_right)
+                                  .n_block_max);
+    }
+  }
+  return range;
+}
 
 // The producer's last step in a cluster: every stage released by both CTAs' consumers, i.e. every
 // arrival the peer sends this CTA's barriers has landed.  (The peer's multicasts into this CTA

@@ -98,8 +98,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       if (m0 >= seq.seqlen_q) continue;  // past this sequence's end: the producer skips it too
     }
     const int row0 = m0 + consumer * kRowsPerConsumer;  // this consumer's first query row
-    const KeyBlockRange range = key_block_range(m0, Traits::kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
-                                                p.window_left, p.window_right);
+    const KeyBlockRange range = cta_key_range<Traits>(tc.m_block, seq, p);
     const VisibilityMask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
     const ScorePolicy score_policy = make_score_policy<ScorePolicy>(p, seq, tc.batch, tc.head);
     DropoutPolicy dropout{};

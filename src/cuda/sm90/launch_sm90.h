@@ -106,18 +106,19 @@ int fwd_smem_bytes_sm90() {
 // sequence bounds inside the tensors (varlen, seqused_k; sequence_bounds_sm90.h).  Dropout with
 // plain scores has its own kernel: through the transformed one it spilled (ptxas at d64: 1076
 // bytes a thread against 8 for plain scores).  The ninth, in the buckets of two consumers (d128,
-// d256; kv_multicast_built): plain scores without dropout, causal mask, window or bounds, its K/V
-// loads shared by two CTAs (cluster_sm90.h; use_kv_multicast).
+// d256; kv_multicast_built): plain scores without dropout, left window or bounds (a causal mask
+// or right window allowed), its K/V loads shared by two CTAs (cluster_sm90.h; use_kv_multicast).
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
   using BoundsTraits = SequenceBoundsTraits<Traits>;
   const ForwardParams& p = args.params;
   const bool bounds = p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
-  const bool uneven = p.window_left >= 0 || p.window_right >= 0;
   if constexpr (kv_multicast_built<Traits>()) {
-    if (!bounds && !uneven && !variant.transformed_scores && !variant.dropout &&
-        use_kv_multicast((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM) &&
+    // No left window: the two tiles of a cluster then differ only in their ranges' tops
+    // (cta_key_range).  A causal mask is a right window of 0.
+    if (!bounds && p.window_left < 0 && !variant.transformed_scores && !variant.dropout &&
+        use_kv_multicast((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.window_right >= 0) &&
         launch_fwd_sm90_variant<KVMulticastTraits<Traits>, PlainScores, NoDropout>(args, stream)) {
       return;
     }

@@ -27,7 +27,6 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
   using Rows = typename Traits::Rows;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
-  constexpr int kBlockN = Traits::kBlockN;
   const ForwardParams& p = prm.args.params;
 
   Tensor mQ = prm.tma_q.get_tma_tensor(prm.q_shape);
@@ -60,8 +59,7 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     if constexpr (Traits::kSeqBounds) {
       if (m0 >= seq.seqlen_q) continue;  // past this sequence's end: the consumers skip it too
     }
-    const KeyBlockRange range = key_block_range(m0, Traits::kBlockM, kBlockN, seq.seqlen_q, seq.seqlen_k,
-                                                p.window_left, p.window_right);
+    const KeyBlockRange range = cta_key_range<Traits>(tc.m_block, seq, p);
     const bool has_keys = range.n_block_max > range.n_block_min;
     const int kv_head = tc.head / heads_per_kv;
     const int batch = Traits::kSeqBounds ? tma_batch(seq) : tc.batch;
