@@ -19,6 +19,12 @@ void parallel_tasks(int64_t count, int num_threads, MakeScratch make_scratch, Wo
   const int threads = static_cast<int>(std::min<int64_t>(resolve_threads(num_threads), count));
 #pragma omp parallel num_threads(threads)
   {
+    // Every worker's tile products run on its own thread alone.  A team of one thread is an
+    // inactive region, in which OpenBLAS would split each product over all the cores; the
+    // Haswell kernels it picks on Zen 5 then round differently with the split, and
+    // AttentionEdges.ForwardIndependentOfThreadCount failed there.  The setting is this implicit
+    // task's own, so the caller's thread count is unchanged.
+    omp_set_num_threads(1);
     Scratch scratch = make_scratch();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < count; ++task) work(task, scratch);
