@@ -4,16 +4,18 @@
 #include "cuda/backward/bwd_kernels.cuh"
 #include "cuda/backward/bwd_launch.h"
 #include "cuda/check.h"
+#include "cuda/smem_opt_in.h"
 
 namespace tileattn::cuda::bwd {
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
+// `opt_in` is the kernel's own record (a static beside each call): the main and dQ kernels share
+// one function-pointer type, so a static in here would serve both.
 template <typename Kernel>
-void launch_with_smem(Kernel kernel, dim3 grid, int threads, size_t smem, const BwdArgs& args,
+void launch_with_smem(Kernel kernel, SmemOptIn& opt_in, dim3 grid, int threads, size_t smem, const BwdArgs& args,
                       cudaStream_t stream, const char* name) {
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-             name);
+  opt_in_smem(opt_in, kernel, static_cast<int>(smem), name);
   kernel<<<grid, threads, smem, stream>>>(args);
   check_cuda(cudaGetLastError(), name);
 }
@@ -25,12 +27,14 @@ void run_bwd_tiles(const BwdArgs& args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
   const dim3 key_blocks(ceil_div(f.seqlen_k, C::kBlockN), f.batch, f.num_heads);
   if (key_blocks.x > 0) {
-    launch_with_smem(bwd_main_kernel<kHeadDim, Element>, key_blocks, C::kThreads, L::bytes, args,
+    static SmemOptIn main_opt_in;
+    launch_with_smem(bwd_main_kernel<kHeadDim, Element>, main_opt_in, key_blocks, C::kThreads, L::bytes, args,
                      stream, "bwd_main_kernel");
   }
   if (args.deterministic && f.seqlen_q > 0) {
     const dim3 query_blocks(ceil_div(f.seqlen_q, C::kBlockM), f.batch, f.num_heads);
-    launch_with_smem(bwd_dq_kernel<kHeadDim, Element>, query_blocks, C::kThreads, L::bytes, args,
+    static SmemOptIn dq_opt_in;
+    launch_with_smem(bwd_dq_kernel<kHeadDim, Element>, dq_opt_in, query_blocks, C::kThreads, L::bytes, args,
                      stream, "bwd_dq_kernel");
   }
 }
