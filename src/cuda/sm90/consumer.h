@@ -161,8 +161,9 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       // pipelined loop: a per-block branch there cost 7-36% at every shape (branch
       // wip/sm90-consumer-own-keys).  d64 (192-row tiles) at 512 tokens: the third consumer of a
       // head's last tile is padding, and under causal masks 7 of a head's 27 consumer blocks are
-      // unseen.  In a cluster (cluster_sm90.h) a CTA whose tile lies past seqlen_q walks all of it
-      // this way, releasing the stages its peer's multicasts fill.
+      // unseen.  In a cluster (cluster_sm90.h) the walk covers the union of both CTAs' ranges, so
+      // a causal pair's first tile walks its peer's extra top block this way, and a tile past
+      // seqlen_q all of its blocks, releasing the stages its peer's multicasts fill.
       const int own_max = row0 < seq.seqlen_q ? key_block_range(row0, kRowsPerConsumer, kBlockN, seq.seqlen_q,
                                                                   seq.seqlen_k, p.window_left, p.window_right)
                                                     .n_block_max
