@@ -12,12 +12,13 @@ cmake -S . -B "$build_dir" -G Ninja -DTILEATTN_CUDA="${TILEATTN_CUDA:-OFF}" -DTI
 cmake --build "$build_dir" -j "$(nproc)"
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)"
 
-# Where nvcc exists (CI included), compile one instantiation of every CUDA kernel for sm80 and
-# sm90, so CUDA code that does not compile cannot land.  No GPU is needed; the GPU suite itself
-# is scripts/gpu_suite.sh, run on a GPU machine.
+# Where nvcc exists (CI included), compile every CUDA kernel for sm80 and sm90 at d64 and d128
+# (d128: the buckets of two consumer warpgroups, the only ones with the K/V-multicast forward),
+# so CUDA code that does not compile cannot land.  No GPU is needed; the GPU suite itself is
+# scripts/gpu_suite.sh, run on a GPU machine.
 if command -v nvcc >/dev/null && [ "${TILEATTN_SKIP_CUDA_COMPILE:-0}" != 1 ]; then
   cmake -S . -B "$build_dir-cuda" -G Ninja -DTILEATTN_CUDA=ON -DTILEATTN_BUILD_TESTS=OFF \
-    -DTILEATTN_CUDA_ARCHS="80;90" -DTILEATTN_CUDA_HEADDIMS=64 -DTILEATTN_CUDA_DTYPES=bf16
+    -DTILEATTN_CUDA_ARCHS="80;90" -DTILEATTN_CUDA_HEADDIMS="64;128" -DTILEATTN_CUDA_DTYPES=bf16
   cmake --build "$build_dir-cuda" -j "$(nproc)"
 fi
 
