@@ -22,7 +22,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/one.cu" <<CU
 #include "cuda/sm90/launch_sm90.h"
-template void tileattn::cuda::sm90::launch_fwd_sm90_variant<
+template bool tileattn::cuda::sm90::launch_fwd_sm90_variant<
     tileattn::cuda::sm90::Sm90Traits<$head_dim, cutlass::bfloat16_t>, tileattn::cuda::PlainScores,
     tileattn::cuda::NoDropout>(const tileattn::cuda::FwdKernelArgs&, cudaStream_t);
 CU

@@ -5,7 +5,7 @@
 //   S = Q K(last)^T;  P = softmax step(S)
 //   for j = last - 1 .. first:
 //     [turn]  issue S = Q K(j)^T;  issue O += P V(j + 1)  [pass turn]
-//     wait S; release K(j); mask; P' = softmax step(S)     -- overlaps the PV wgmma
+//     wait S; release K(j); mask; P' = reference step(S)   -- overlaps the PV wgmma
 //     wait PV; release V(j + 1); O *= correction; P = P'
 //   O += P V(first); release V(first)
 //   O /= rowsum; store O and the LSE
@@ -24,6 +24,7 @@
 #include "cuda/sm90/epilogue_sm90.h"
 #include "cuda/sm90/kernel_params_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
+#include "cuda/sm90/rescore_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/softmax_sm90.h"
 #include "cuda/sm90/wgmma_gemm.h"
@@ -214,7 +215,10 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
           k_stage.advance();
           release_q_after_last_qk(n);
           scores_of_block(n);
-          const bool rescale = softmax.score_step(scores, correction);
+          const bool rescale = softmax.reference_step(scores, correction, [&]() __attribute__((always_inline)) {
+            rescore_from_global<Element>(scores, coords, p, seq, tc.head, row0, n * kBlockN);
+            scores_of_block(n);
+          });
           if constexpr (Traits::kSoftmaxBeforePvWait) {
             hold_wait_after(&ss.softmax_sink[consumer * 128 + tid], softmax.row_sum);  // else ptxas waits first
           }

@@ -1,0 +1,66 @@
+"""Scores that rise from key block to key block, far past what random inputs give.
+
+The sm90 forward walks a tile's key blocks from the last one down and takes each block's exps
+against a reference that moves only when a probability reaches 2^8 (src/cuda/sm90/softmax_sm90.h):
+by a power of two while the exps stayed finite, and through the block's scores recomputed from
+global memory when one overflowed (a score at least 128 / (scale * log2 e) above the reference).
+Random inputs reach neither: a row's first block sets a reference within a few units of its running
+max.  These inputs do, in every block: q[..., 0] = +-16 and a ramp in k[..., 0] raise the scores of
+half the rows by ~60 log2 units from the last key to the first (a jump of ~8 every block or two),
+and q[..., 1] = 16 against k[..., 1] = 128 on the first 100 keys lifts a random half of the rows
+by 2048 (128-261 log2 units) on the block visited last.
+
+Forward only: the backward recomputes P from the saved LSE and never sees the reference.  The
+naive computation the rule compares with takes the scores and the softmax in float32 and rounds P
+and O to the inputs' precision, as the kernels do: one in bf16 throughout would round scores of
+2048 to steps of 8 and excuse any error."""
+
+import pytest
+import torch
+
+import attn_reference as ref
+from conftest import FLOOR, assert_fa_close, dtypes_for, rand
+from tileattn import flash_attn_func
+
+
+def rising_scores(batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim, dtype, device):
+    q = rand(batch, seqlen_q, num_heads, head_dim, dtype=dtype, device=device)
+    k = rand(batch, seqlen_k, num_heads_k, head_dim, dtype=dtype, device=device)
+    v = rand(batch, seqlen_k, num_heads_k, head_dim, dtype=dtype, device=device)
+    # Ramp: 60 log2 units of scaled score over the keys for rows with q[..., 0] = +16.
+    ramp_top = 60.0 * head_dim ** 0.5 / 1.4426950408889634 / 16.0
+    ramp = ramp_top * (1.0 - torch.arange(seqlen_k, device=device, dtype=torch.float32) / seqlen_k)
+    k[:, :, :, 0] = ramp.to(dtype)[None, :, None]
+    signs = torch.randint(0, 2, (batch, seqlen_q, num_heads), device=device) * 2 - 1
+    q[..., 0] = (16.0 * signs).to(dtype)
+    # Jump: +2048 raw on keys 0-99 for a random half of the rows.
+    k[:, :, :, 1] = 0
+    k[:, :100, :, 1] = 128.0
+    q[..., 1] = (16.0 * torch.randint(0, 2, (batch, seqlen_q, num_heads), device=device)).to(dtype)
+    return q, k, v
+
+
+def naive_with_rounded_probs(q, k, v, **options):
+    """(out, lse): float32 scores and softmax, P rounded to q's dtype before P V, O rounded."""
+    exact32 = ref.attention(q, k, v, dtype=torch.float32, **options)
+    vv = v.float().repeat_interleave(q.shape[2] // k.shape[2], dim=2)
+    out = torch.einsum("bhqk,bkhd->bqhd", exact32["probs"].to(q.dtype).float(), vv)
+    return out.to(q.dtype), exact32["lse"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_scores_rising_toward_the_first_keys(device, head_dim, causal):
+    shape = (2, 300, 1000, 4, 2, head_dim)
+    for dtype in dtypes_for(device):
+        q, k, v = rising_scores(*shape, dtype, device)
+        out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+        options = dict(window_left=-1, window_right=0 if causal else -1)
+        truth = ref.attention(q, k, v, dtype=torch.float64, **options)
+        naive_out, naive_lse = naive_with_rounded_probs(q, k, v, **options)
+        floor = FLOOR[dtype]
+        assert_fa_close("out", out, naive_out, truth["out"], floor)
+        # The LSE reaches ~300 here: float32 steps of 3e-5 there, a few of them for any order of
+        # the sums.
+        lse_floor = floor + 8 * 2.0 ** -24 * truth["lse"].abs().max().item()
+        assert_fa_close("lse", lse, naive_lse, truth["lse"], lse_floor)
