@@ -8,7 +8,7 @@ Random inputs reach neither: a row's first block sets a reference within a few u
 max.  These inputs do, in every block: q[..., 0] = +-16 and a ramp in k[..., 0] raise the scores of
 half the rows by ~60 log2 units from the last key to the first (a jump of ~8 every block or two),
 and q[..., 1] = 16 against k[..., 1] = 128 on the first 100 keys lifts a random half of the rows
-by 2048 (128-261 log2 units) on the block visited last.
+by 2048 (185-369 log2 units, d256 to d64) on the block visited last.
 
 Forward only: the backward recomputes P from the saved LSE and never sees the reference.  The
 naive computation the rule compares with takes the scores and the softmax in float32 and rounds P
@@ -51,11 +51,21 @@ def naive_with_rounded_probs(q, k, v, **options):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_scores_rising_toward_the_first_keys(device, head_dim, causal):
-    shape = (2, 300, 1000, 4, 2, head_dim)
+    check_rising_scores(device, (2, 300, 1000, 4, 2, head_dim), causal=causal)
+
+
+def test_rising_scores_through_a_softcap(device):
+    """The transformed-scores kernels: a cap of 200 bends the jump's 181 scaled units to 120-160
+    and still overflows the exps of about half of the rows (so their recomputed scores go through
+    tanh again); the ramp still moves the reference along the way."""
+    check_rising_scores(device, (2, 300, 1000, 4, 2, 128), causal=True, softcap=200.0)
+
+
+def check_rising_scores(device, shape, *, causal, softcap=0.0):
     for dtype in dtypes_for(device):
         q, k, v = rising_scores(*shape, dtype, device)
-        out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
-        options = dict(window_left=-1, window_right=0 if causal else -1)
+        out, lse, _ = flash_attn_func(q, k, v, causal=causal, softcap=softcap, return_attn_probs=True)
+        options = dict(window_left=-1, window_right=0 if causal else -1, softcap=softcap)
         truth = ref.attention(q, k, v, dtype=torch.float64, **options)
         naive_out, naive_lse = naive_with_rounded_probs(q, k, v, **options)
         floor = FLOOR[dtype]
