@@ -2,7 +2,7 @@
 // blocks from the last one down, with the softmax of block j overlapping the PV wgmma of block
 // j + 1 inside the warpgroup, and the two consumers' GEMMs interleaved by the ping-pong barrier:
 //
-//   S = Q K(last)^T;  P = softmax step(S)
+//   S = Q K(last)^T;  P = exact softmax step(S)
 //   for j = last - 1 .. first:
 //     [turn]  issue S = Q K(j)^T;  issue O += P V(j + 1)  [pass turn]
 //     wait S; release K(j); mask; P' = reference step(S)   -- overlaps the PV wgmma

@@ -14,8 +14,9 @@ namespace tileattn::cuda::sm90 {
 
 // scores, coords: (rows, cols) views of the thread's accumulator and of its (row, key) within the
 // consumer's rows and the key block; row0, key0: the first query row and key they count from.
-// Rows and keys past the sequence get 0, as TMA's zero fill gives them in the wgmma's S (the mask
-// then decides about them, the same way).  The elements go one at a time in a loop that is not
+// Rows and keys past the sequence get 0 and are never read: the mask hides those keys whatever the
+// wgmma's S held there (zeros from TMA's fill, or a varlen neighbour's keys), and those rows are
+// never stored.  The elements go one at a time in a loop that is not
 // unrolled, each result moved into its register by a select per register: unrolled, the 64
 // dot-product loops would add ~1500 instructions to the kernel; a runtime index into the
 // registers would move them all to local memory.

@@ -48,7 +48,10 @@ struct SplitOnlineSoftmax {
   float row_offset[kRows];
   float row_sum[kRows];  // this thread's share of the row sum; reduced over the quad in finalize
   float scale_log2;
-  bool has_reference;    // every row of the warp has a finite row_offset (warp-uniform)
+  // Every row of the warp has a finite row_offset (warp-uniform).  Derivable from row_offset, but
+  // kept so that the loop's reference step needs no vote for it: the exact step, which alone can
+  // change it, sets it.
+  bool has_reference;
 
   // A P at or above this in the reference step moves the row's reference up (below).  2^8 keeps
   // fp16 P (65504 at most) and the float32 sums far from overflow, and random scores never get
