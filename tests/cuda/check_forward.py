@@ -300,6 +300,16 @@ def main():
     check_case("window left 200 only", B=1, Sq=700, Sk=900, H=2, D=64, window=(200, -1))
     check_case("window (0, 0)", B=1, Sq=300, Sk=300, H=2, D=64, window=(0, 0))
     check_case("window (5, 3) Sq>Sk", B=1, Sq=500, Sk=100, H=2, D=64, window=(5, 3))
+    # End-aligned tiles under right-edged masks (sm90_tile_first_row): the first tile starts with one
+    # or two 64-row padding consumers (d64's 192-row tiles at 512, 1000 and 1024 rows; 128-row tiles
+    # at 300), in batch and varlen form, with dropout (rows keep their absolute Philox offsets).
+    for sq, sk in ((512, 512), (1024, 1024), (1000, 1000), (1000, 700), (300, 1300)):
+        check_case(f"d64 causal {sq}x{sk} end-aligned tiles", B=1, Sq=sq, Sk=sk, H=2, D=64, window=(-1, 0))
+    check_case("d128 causal 300 end-aligned tiles", B=1, Sq=300, Sk=300, H=2, D=128, window=(-1, 0))
+    check_case("d256 window (100, 40) 600x600", B=1, Sq=600, Sk=600, H=2, D=256, window=(100, 40))
+    check_case("d64 varlen causal end-aligned", H=2, D=64, varlen=([512, 1000, 64, 129], [512, 1100, 64, 300]),
+               window=(-1, 0))
+    check_case("d64 dropout causal 512", B=1, Sq=512, Sk=512, H=2, D=64, dropout_p=0.2, window=(-1, 0))
     check_case("softcap 30", B=2, Sq=257, Sk=513, H=4, D=128, softcap=30.0, scale=0.5)
     check_case("softcap causal d256", B=1, Sq=300, Sk=300, H=2, D=256, softcap=5.0, window=(-1, 0))
     slopes = torch.rand(4, device=DEV) * 0.5

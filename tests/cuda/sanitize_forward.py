@@ -3,8 +3,9 @@ edges when it is forced (TILEATTN_FORWARD_KV_MULTICAST=on): one query block, who
 second CTA has no rows (seqlen 1 and 17), an odd count of blocks (129 rows at d128, 130 at d256),
 d96 in the d128 bucket (columns past head_dim zero-filled), GQA, seqlen_k off the key block and
 below it, and an empty key set, each without a mask and causal (bottom-right: with Sq > Sk the
-first tiles see no key while their cluster's second tiles do).  (The d64 bucket has no multicast
-kernel: cluster_sm90.h.)
+first tiles see no key while their cluster's second tiles do).  Causal calls with ragged tiles start
+their first tile above row 0 (sm90_tile_first_row): 17, 129, 130, 300 and 385 rows by one 64-row
+consumer, d64's 1000 rows (192-row tiles, no multicast kernel: cluster_sm90.h) by two.
 
     TILEATTN_FORWARD_KV_MULTICAST=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
 """
@@ -18,7 +19,7 @@ def run():
     dev, dt = "cuda", torch.bfloat16
     for b, sq, sk, h, hk, d in [(1, 1, 1, 2, 2, 128), (2, 17, 130, 4, 4, 128), (1, 129, 300, 2, 1, 128),
                                 (1, 300, 77, 6, 2, 96), (1, 130, 77, 2, 2, 256), (2, 385, 1000, 7, 1, 128),
-                                (1, 256, 0, 2, 2, 128)]:
+                                (1, 1000, 1000, 2, 2, 64), (1, 256, 0, 2, 2, 128)]:
         q = torch.randn(b, sq, h, d, device=dev, dtype=dt)
         k = torch.randn(b, sk, hk, d, device=dev, dtype=dt)
         v = torch.randn(b, sk, hk, d, device=dev, dtype=dt)

@@ -32,6 +32,7 @@
 #include "cuda/launch_api.h"  // ForwardParams
 #include "cuda/mask_policy.h"
 #include "cuda/sm90/pipeline_sm90.h"
+#include "cuda/sm90/tile_config_sm90.h"
 #include "cuda/sm90/tile_scheduler.h"
 
 namespace tileattn::cuda::sm90 {
@@ -93,6 +94,13 @@ struct CtaTiles {
   }
 };
 
+// The first query row of query block m_block (sm90_tile_first_row: aligned to the sequence's end
+// under a right-edged mask), negative in a first tile that starts with padding.
+template <typename Traits>
+__device__ __forceinline__ int tile_first_row(int m_block, SequenceView const& seq, ForwardParams const& p) {
+  return sm90_tile_first_row(m_block, Traits::kBlockM, seq.seqlen_q, p.window_right >= 0);
+}
+
 // The key blocks this CTA walks for query block m_block: its own tile's range and masking bounds,
 // and in a cluster the walk's top raised to the cluster's last tile's, so both CTAs walk (and load
 // halves of) the same blocks.  Without a left window every range starts at block 0 (lo = 0 in
@@ -102,14 +110,14 @@ struct CtaTiles {
 template <typename Traits>
 __device__ __forceinline__ KeyBlockRange cta_key_range(int m_block, SequenceView const& seq,
                                                        ForwardParams const& p) {
-  KeyBlockRange range = key_block_range(m_block * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN, seq.seqlen_q,
-                                        seq.seqlen_k, p.window_left, p.window_right);
+  KeyBlockRange range = key_block_range(tile_first_row<Traits>(m_block, seq, p), Traits::kBlockM, Traits::kBlockN,
+                                        seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right);
   if constexpr (Traits::kClusterSize > 1) {
     const int last = (m_block / Traits::kClusterSize + 1) * Traits::kClusterSize - 1;
     if (last != m_block) {
       range.n_block_max = max(range.n_block_max,
-                              key_block_range(last * Traits::kBlockM, Traits::kBlockM, Traits::kBlockN, seq.seqlen_q,
-                                              seq.seqlen_k, p.window_left, p.window_right)
+                              key_block_range(tile_first_row<Traits>(last, seq, p), Traits::kBlockM, Traits::kBlockN,
+                                              seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right)
                                   .n_block_max);
     }
   }

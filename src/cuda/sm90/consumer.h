@@ -94,11 +94,13 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     if (tiles.done(tile)) break;
     const TileCoords tc = tiles.coords(tile);
     const SequenceView seq = sequence_view(p, tc.batch);
-    const int m0 = tc.m_block * Traits::kBlockM;
+    const int m0 = tile_first_row<Traits>(tc.m_block, seq, p);
     if constexpr (Traits::kSeqBounds) {
       if (m0 >= seq.seqlen_q) continue;  // past this sequence's end: the producer skips it too
     }
-    const int row0 = m0 + consumer * kRowsPerConsumer;  // this consumer's first query row
+    // This consumer's first query row: negative in the padding above a shifted first tile.
+    const int row0 = m0 + consumer * kRowsPerConsumer;
+    const bool has_rows = row0 >= 0 && row0 < seq.seqlen_q;
     const KeyBlockRange range = cta_key_range<Traits>(tc.m_block, seq, p);
     const VisibilityMask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
     const ScorePolicy score_policy = make_score_policy<ScorePolicy>(p, seq, tc.batch, tc.head);
@@ -156,7 +158,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
 
       // The key blocks at the top of the tile's range that none of this consumer's rows sees
       // (under a causal mask the tile's range is its last row's; a consumer wholly past seqlen_q,
-      // the padding of a ragged last tile, sees none) are walked without products or softmax:
+      // the padding of a ragged tile, sees none) are walked without products or softmax:
       // only the barrier waits and arrivals and the ping-pong turn of each block, so the producer
       // and the other consumers see the same sequence.  Peeled off the top instead of tested in the
       // pipelined loop: a per-block branch there cost 7-36% at every shape (branch
@@ -165,7 +167,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       // unseen.  In a cluster (cluster_sm90.h) the walk covers the union of both CTAs' ranges, so
       // a causal pair's first tile walks its peer's extra top block this way, and a tile past
       // seqlen_q all of its blocks, releasing the stages its peer's multicasts fill.
-      const int own_max = row0 < seq.seqlen_q ? key_block_range(row0, kRowsPerConsumer, kBlockN, seq.seqlen_q,
+      const int own_max = has_rows ? key_block_range(row0, kRowsPerConsumer, kBlockN, seq.seqlen_q,
                                                                   seq.seqlen_k, p.window_left, p.window_right)
                                                     .n_block_max
                                               : range.n_block_min;
@@ -243,8 +245,9 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
 
     float lse[kRowsPerThread];
     softmax.finalize(acc_o_rows, prm.args.output_scale, lse);
-    float* lse_rows = p.softmax_lse + lse_offset(p, seq, row0, tc.head);
-    store_tile_output<Traits>(prm, ss, consumer, tid, tc, seq, lse_rows, seq.seqlen_q - row0, acc_o, lse);
+    float* lse_rows = p.softmax_lse + lse_offset(p, seq, max(row0, 0), tc.head);
+    store_tile_output<Traits>(prm, ss, consumer, tid, tc, seq, row0, lse_rows, has_rows ? seq.seqlen_q - row0 : 0,
+                              acc_o, lse);
   }
   // The last TMA store must have read its staging buffer before the CTA's shared memory goes away.
   if (tid == 0) tma_store_wait<0>();

@@ -23,15 +23,14 @@ namespace tileattn::cuda::sm90 {
 // multiple of 8 and rows are 16-byte aligned on this path (TMA's rules), so each pair is one aligned
 // 4-byte store.
 template <typename Traits, typename TensorO, typename TensorC>
-__device__ __forceinline__ void store_o_pairs(Sm90Params<Traits> const& prm, int consumer, TileCoords const& tc,
-                                              SequenceView const& seq, int q_rows, TensorO const& acc_o,
+__device__ __forceinline__ void store_o_pairs(Sm90Params<Traits> const& prm, TileCoords const& tc,
+                                              SequenceView const& seq, int row0, int q_rows, TensorO const& acc_o,
                                               TensorC const& coords) {
   using namespace cute;
   using Element = typename Traits::Element;
   const ForwardParams& p = prm.args.params;
   Tensor rO = convert_fragment<Element>(acc_o);
   Tensor rO_rows = make_tensor(rO.data(), gmma_acc_rowcol_layout(rO.layout()));
-  const int row0 = tc.m_block * Traits::kBlockM + consumer * kRowsPerConsumer;
   CUTE_UNROLL
   for (int r = 0; r < size<0>(rO_rows); ++r) {
     const int row = get<0>(coords(r, 0));
@@ -52,7 +51,7 @@ __device__ __forceinline__ void store_o_pairs(Sm90Params<Traits> const& prm, int
 template <typename Traits, typename TensorO, int kRowsPerThread>
 __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm, typename Traits::SharedStorage& ss,
                                                   int consumer, int tid, TileCoords const& tc,
-                                                  SequenceView const& seq, float* lse_rows, int q_rows,
+                                                  SequenceView const& seq, int row0, float* lse_rows, int q_rows,
                                                   TensorO const& acc_o,
                                                   const float (&lse)[kRowsPerThread]) {
   using namespace cute;
@@ -73,10 +72,10 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
     }
   }
 
-  if (q_rows <= 0) return;  // a ragged last tile's padding consumer (consumer.h): nothing to store
+  if (q_rows <= 0) return;  // a ragged tile's padding consumer (consumer.h): nothing to store
   if constexpr (Traits::kSeqBounds) {
     if (q_rows < kRowsPerConsumer) {  // ends inside the tensor: a TMA box would write the next rows
-      store_o_pairs<Traits>(prm, consumer, tc, seq, q_rows, acc_o, coords);
+      store_o_pairs<Traits>(prm, tc, seq, row0, q_rows, acc_o, coords);
       return;
     }
   }
@@ -106,7 +105,7 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
       auto parts = tma_partition(prm.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO), group_modes<0, 2>(gO));
       Tensor tOgO = get<0>(parts);  // (TMA, 64-row block, column block)
       Tensor tOsO = get<1>(parts);  // (TMA)
-      copy(prm.tma_o, tOsO, tOgO(_, Traits::kConsumers * tc.m_block + consumer, pass));
+      copy(prm.tma_o, tOsO, tOgO(_, row0 / kRowsPerConsumer, pass));
       tma_store_arrive();
     }
   }

@@ -55,7 +55,7 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     if (tiles.done(tile)) break;
     const TileCoords tc = tiles.coords(tile);
     const SequenceView seq = sequence_view(p, tc.batch);
-    const int m0 = tc.m_block * Traits::kBlockM;
+    const int m0 = tile_first_row<Traits>(tc.m_block, seq, p);  // negative: padding rows above a shifted first tile
     if constexpr (Traits::kSeqBounds) {
       if (m0 >= seq.seqlen_q) continue;  // past this sequence's end: the consumers skip it too
     }
@@ -100,18 +100,19 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     if (!has_keys) FullBarrier::arrive_and_expect_tx(&ss.q_full, 0);
     if (has_keys) {
       // One 64-row box per consumer; rows past seqlen_q come in as zeros.  A box that lies wholly
-      // past seqlen_q is not loaded: its consumer computes rows that are never stored.  (A cluster's
-      // second tile can lie wholly past seqlen_q: no box at all.)
+      // past seqlen_q, or above row 0 (tile_first_row), is not loaded: its consumer computes rows
+      // that are never stored.  (A cluster's second tile can lie wholly past seqlen_q: no box at all.)
       Tensor gQ = local_tile(rows_from<Traits::kSeqBounds>(mQ(_, _, tc.head, batch), seq.q_base_row),
                              Shape<Rows, HeadDim>{}, make_coord(_, _0{}));
+      const int first_half = max(0, -m0 / kRowsPerConsumer);
       const int halves =
           max(0, min(Traits::kConsumers, (seq.seqlen_q - m0 + kRowsPerConsumer - 1) / kRowsPerConsumer));
-      FullBarrier::arrive_and_expect_tx(&ss.q_full, halves * Traits::kQHalfBytes);
-      for (int half = 0; half < halves; ++half) {
+      FullBarrier::arrive_and_expect_tx(&ss.q_full, max(0, halves - first_half) * Traits::kQHalfBytes);
+      for (int half = first_half; half < halves; ++half) {
         Tensor sQ = make_tensor(make_smem_ptr(ss.q.data() + half * Traits::kQHalfElems),
                                 typename Traits::SmemLayoutQHalf{});
         auto parts = tma_partition(prm.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-        copy(prm.tma_q.with(ss.q_full), get<0>(parts)(_, Traits::kConsumers * tc.m_block + half), get<1>(parts));
+        copy(prm.tma_q.with(ss.q_full), get<0>(parts)(_, m0 / kRowsPerConsumer + half), get<1>(parts));
       }
     }
     for (int n = range.n_block_max - 1; n >= range.n_block_min; --n) {

@@ -50,6 +50,22 @@ constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
   return {64, 2};
 }
 
+// The first query row of query tile m_block (block_m rows a tile).  Under a mask with a right edge
+// (causal, or a right window) a tile's key range ends at its last row's, so the tile that holds the
+// padding of a ragged count should be the one whose walk is shortest: the first.  The tiles are
+// then aligned to the sequence's end, shifted up by the padding in whole 64-row consumers (each
+// consumer's rows are all real or all padding, and the Q and O TMA boxes stay on their 64-row grid;
+// the rest, under 64 rows, stays at the end).  d64's 192-row tiles at 512 tokens walk 2 + 3 + 4 key
+// blocks of 128 top-aligned and 1 + 3 + 4 aligned this way; at 1k, 32 and 27.  Without a right edge
+// every tile walks the same blocks and the tiles start at row 0.  Negative rows are padding: no Q is
+// loaded for them and nothing is stored.
+constexpr int sm90_tile_first_row(int m_block, int block_m, int seqlen_q, bool right_edge) {
+  const int first = m_block * block_m;
+  if (!right_edge) return first;
+  const int padding = (block_m - seqlen_q % block_m) % block_m;
+  return first - padding / kRowsPerConsumer * kRowsPerConsumer;
+}
+
 // O is staged in its own shared-memory buffer, so the next tile's Q can load as soon as both
 // consumers have issued their last QK^T instead of after both have stored O over their Q rows.
 // Measured on the H200 (kernel-only, docs/perf-log.md): d128 8k 630 -> 661 TFLOP/s, 512 tokens
