@@ -72,6 +72,17 @@ def report(trace, consumers, rounds):
     landed = [cons[0][c, r + 1, 3] - prod[c, r + 1, 1] for c in range(CTAS) for r in rs]
     print(f"  producer: next tile's first K issued {med(issued)} after consumer 0's loop ended, "
           f"seen landed {med(landed)} after issue")
+    # The producer's steps around a tile boundary, against consumer 0's loop end (event 7) of the
+    # same round: V(first + 1) and V(first) issued, the next round's start (its tile decoded after
+    # it), first K issued, Q's buffer free and Q issued.
+    marks = [("V(first+1)", 0, 5), ("V(first)", 0, 6), ("next round", 1, 0), ("next K(last)", 1, 1),
+             ("next Q free", 1, 2), ("next Q issued", 1, 3)]
+    cols = []
+    for name, dr, e in marks:
+        vals = [prod[c, r + dr, e] - cons[0][c, r, 7] for c in range(CTAS) for r in rs
+                if prod[c, r + dr, e] and cons[0][c, r, 7]]
+        cols.append(f"{name} {med(vals)}")
+    print("  producer around the boundary (cycles after consumer 0's loop end): " + ", ".join(cols))
 
 
 def main():
