@@ -15,13 +15,14 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
-def median_ms(fn, device, runs=RUNS, warmup=WARMUP, queue=1):
+def median_ms(fn, device, runs=RUNS, warmup=WARMUP, queue=1, before=None):
     """Median milliseconds of fn() on `device`.  With queue=1 each timed call is bracketed by its
     own events and waited for, so a call's time includes the host's launch cost when the GPU is
     faster than the host can feed it (short sequences), as a user's eager call would.  With
     queue=N, N calls go between the two events and the sample is their mean: once the GPU has work
     queued the host's cost hides behind it, so the figure is the kernels' throughput, which is what
-    an A/B of a kernel change needs (single calls at 512-1k tokens spread by up to 25%)."""
+    an A/B of a kernel change needs (single calls at 512-1k tokens spread by up to 25%).
+    `before`, if given, runs ahead of each timed sample, outside its events (an L2 flush)."""
     if queue < 1:
         raise ValueError(f"queue must be at least 1, got {queue}")
     for _ in range(warmup):
@@ -30,6 +31,8 @@ def median_ms(fn, device, runs=RUNS, warmup=WARMUP, queue=1):
     times = []
     on_cuda = torch.device(device).type == "cuda"
     for _ in range(runs):
+        if before is not None:
+            before()
         if on_cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()

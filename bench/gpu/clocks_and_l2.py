@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import time
 
-import timing  # noqa: F401  bench/gpu/timing.py: puts the repository root on sys.path
+import timing  # bench/gpu/timing.py: puts the repository root on sys.path
 from bench import backends, shapes
 
 SMI_FIELDS = "timestamp,clocks.sm,power.draw"
@@ -54,39 +54,6 @@ def window_stats(samples, start, end):
     if not inside:
         return float("nan"), float("nan"), 0
     return statistics.median(m for m, _ in inside), statistics.median(w for _, w in inside), len(inside)
-
-
-def back_to_back_us(fn, calls):
-    import torch
-
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin = time.time()
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / calls, begin, time.time()
-
-
-def single_us(fn, runs, flush=None):
-    import torch
-
-    times = []
-    for _ in range(runs):
-        if flush is not None:
-            flush()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
 
 
 def main():
@@ -120,9 +87,11 @@ def main():
                         with torch.no_grad():
                             for name in args.backends:
                                 fn = backends.get(name).make(q, k, v, causal)
-                                queued, begin, end = back_to_back_us(fn, args.calls)
-                                warm = single_us(fn, args.runs)
-                                flushed = single_us(fn, args.runs, flush=scratch.zero_)
+                                begin = time.time()
+                                queued = timing.median_ms(fn, runs=1, warmup=10, queue=args.calls) * 1e3
+                                end = time.time()
+                                warm = timing.median_ms(fn, runs=args.runs, warmup=0) * 1e3
+                                flushed = timing.median_ms(fn, runs=args.runs, warmup=0, before=scratch.zero_) * 1e3
                                 rows.append((head_dim, seqlen, causal, name, queued, flops / queued / 1e6, begin, end,
                                              warm, flushed))
             time.sleep(0.2)

@@ -12,6 +12,8 @@ from bench import timing as _timing  # noqa: E402
 git_commit = environment.commit
 
 
-def median_ms(fn, runs, warmup=5):
-    """Median CUDA-event milliseconds of fn() over `runs` calls, after `warmup` untimed ones."""
-    return _timing.median_ms(fn, "cuda", runs=runs, warmup=warmup)
+def median_ms(fn, runs, warmup=5, queue=1, before=None):
+    """Median CUDA-event milliseconds of fn() over `runs` samples, after `warmup` untimed calls; a
+    sample is `queue` calls back to back, `before` runs ahead of each outside its events
+    (bench/timing.py)."""
+    return _timing.median_ms(fn, "cuda", runs=runs, warmup=warmup, queue=queue, before=before)
