@@ -167,10 +167,10 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       // unseen.  In a cluster (cluster_sm90.h) the walk covers the union of both CTAs' ranges, so
       // a causal pair's first tile walks its peer's extra top block this way, and a tile past
       // seqlen_q all of its blocks, releasing the stages its peer's multicasts fill.
-      const int own_max = has_rows ? key_block_range(row0, kRowsPerConsumer, kBlockN, seq.seqlen_q,
-                                                                  seq.seqlen_k, p.window_left, p.window_right)
-                                                    .n_block_max
-                                              : range.n_block_min;
+      const int own_max = has_rows ? key_block_range(row0, kRowsPerConsumer, kBlockN, seq.seqlen_q, seq.seqlen_k,
+                                                     p.window_left, p.window_right)
+                                         .n_block_max
+                                   : range.n_block_min;
       int n = range.n_block_max - 1;
       for (; n >= max(own_max, range.n_block_min); --n) {
         FullBarrier::wait(&ss.k_full[k_stage.index], k_stage.phase);
