@@ -83,7 +83,6 @@ def main():
                     for causal in causal_values:
                         case = shapes.fa_papers(seqlen, head_dim, causal)
                         q, k, v, _ = make_inputs(case, "cuda", torch.bfloat16, requires_grad=False)
-                        flops = case.flops("fwd")
                         with torch.no_grad():
                             for name in args.backends:
                                 fn = backends.get(name).make(q, k, v, causal)
@@ -92,8 +91,8 @@ def main():
                                 end = time.time()
                                 warm = timing.median_ms(fn, runs=args.runs, warmup=0) * 1e3
                                 flushed = timing.median_ms(fn, runs=args.runs, warmup=0, before=scratch.zero_) * 1e3
-                                rows.append((head_dim, seqlen, causal, name, queued, flops / queued / 1e6, begin, end,
-                                             warm, flushed))
+                                tflops = shapes.rate(case, "fwd", queued / 1e3)[0]
+                                rows.append((head_dim, seqlen, causal, name, queued, tflops, begin, end, warm, flushed))
             time.sleep(0.2)
         finally:
             sampler.terminate()
