@@ -7,7 +7,7 @@ forward takes the same cycles as cuDNN's (216k against 213k, bench/results/ncu-h
 while back to back cuDNN is 7% faster (sweeps v21, v22).  Two things differ between the two ways
 of timing, and this script measures both, per backend, bf16, the sweep's "fa" shapes:
 
-  back-to-back  microseconds a call over --calls calls queued without waiting (the sweep's
+  back-to-back  microseconds a call over --seconds of calls queued without waiting (the sweep's
                 --queue timing), with the SM clock and board power nvidia-smi samples meanwhile
   warm          one call between two events, the previous call's data left in the L2
   flushed       the same after a 256 MB write that evicts the L2 (50 MB on the H200)
@@ -66,7 +66,9 @@ def main():
     p.add_argument("--seqlens", type=int, nargs="+", default=[512, 8192])
     p.add_argument("--causal", choices=("no", "yes", "both"), default="no")
     p.add_argument("--backends", nargs="+", default=["tileattn", "sdpa-cudnn"])
-    p.add_argument("--calls", type=int, default=300, help="calls queued back to back per backend")
+    p.add_argument("--seconds", type=float, default=1.5,
+                   help="how long each backend's calls run back to back: nvidia-smi samples every 20 ms, "
+                        "so a 512-token call (~0.14 ms) needs ~10,000 calls for 75 samples")
     p.add_argument("--runs", type=int, default=30, help="single calls timed per backend and L2 state")
     args = p.parse_args()
 
@@ -86,8 +88,10 @@ def main():
                         with torch.no_grad():
                             for name in args.backends:
                                 fn = backends.get(name).make(q, k, v, causal)
+                                estimate = timing.median_ms(fn, runs=3, warmup=3)
+                                calls = max(100, int(args.seconds * 1e3 / estimate))
                                 begin = time.time()
-                                queued = timing.median_ms(fn, runs=1, warmup=10, queue=args.calls) * 1e3
+                                queued = timing.median_ms(fn, runs=1, warmup=10, queue=calls) * 1e3
                                 end = time.time()
                                 warm = timing.median_ms(fn, runs=args.runs, warmup=0) * 1e3
                                 flushed = timing.median_ms(fn, runs=args.runs, warmup=0, before=scratch.zero_) * 1e3

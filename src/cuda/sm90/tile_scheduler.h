@@ -22,6 +22,15 @@
 // up to a constant under a causal mask).  The model: 97-99.6% balance at 512-2k tokens.  Longer
 // sequences keep the whole-call order, where a round covers a few neighbouring query blocks of
 // each head, whose CTAs stream the same K/V blocks at about the same time.
+// The zigzag's pairs add up to a constant only when a head's walks do (1, 2, .., M blocks).  d64's
+// end-aligned 192-row tiles at 512 tokens walk 1, 3 and 4 blocks, so in every group of two rounds
+// the same 88 CTAs ran 4 + 1 and the other 44 ran 3 + 3, 16% more, group after group: 0.91 of the
+// ideal balance over the call.  Each group therefore shifts which CTA takes which slot by 0.618 of
+// the grid (the golden ratio spreads successive shifts evenly over the CTAs), so a group's uneven
+// pairs fall on different CTAs each time: 0.98 in the model (tests/cpp/test_tile_scheduler.cpp),
+// and no shape of the sweep loses.  The whole-call order keeps fixed slots: its rounds' pair sums
+// vary smoothly and cancel between neighbouring rounds, which a shift would undo (d256 2k: 0.997 ->
+// 0.983 in the model when every pair of rounds shifted).
 // Integer arithmetic with its three divisors prepared on the host (common/fast_divisor.h), compiled
 // for the host too: tests/cpp/test_tile_scheduler.cpp checks that every tile runs exactly once.
 #pragma once
@@ -46,6 +55,8 @@ struct TileScheduler {
   int group_pairs;  // (batch, head) pairs per L2 group
   int num_tiles;
   bool longest_first;
+  int rotation;           // slots a group of rounds shifts by (0: fixed slots)
+  int group_rounds_log2;  // log2 of the rounds in a group (1 or 2) when rotation != 0
   FastDivisor by_group_tiles;  // group_pairs * num_m_blocks
   FastDivisor by_group_pairs;  // group_pairs
   FastDivisor by_last_pairs;   // the last group's pairs (fewer when groups do not divide num_pairs)
@@ -73,9 +84,15 @@ struct TileScheduler {
     const int64_t per_pair = kv_bytes_per_head * num_heads_k / num_heads + 1;
     constexpr int64_t kL2Budget = 6ll << 20;
     int64_t group = kL2Budget / per_pair;
+    s.rotation = 0;
+    s.group_rounds_log2 = 0;
     if (longest_first) {
       const int64_t grouped = num_m_blocks <= kMaxGroupedMBlocks ? round_group(num_m_blocks, grid) : 0;
       group = grouped > 0 ? grouped : s.num_pairs;
+      if (grouped > 0 && grouped < s.num_pairs) {
+        s.rotation = static_cast<int>(0.618 * grid + 0.5) % grid;
+        s.group_rounds_log2 = grouped * num_m_blocks == 2ll * grid ? 1 : 2;
+      }
     }
     if (group < 1) group = 1;
     if (group > s.num_pairs) group = s.num_pairs;
@@ -90,9 +107,12 @@ struct TileScheduler {
     return s;
   }
 
-  // The tile CTA `cta` of `grid` runs in round `round`; >= num_tiles once the CTA is done.
+  // The tile CTA `cta` of `grid` runs in round `round`; >= num_tiles once the CTA is done.  Its slot
+  // in the round is its index, shifted by `rotation` a group of rounds; slot s takes the s-th tile
+  // of an even round and the s-th from the end of an odd one (the zigzag).
   TILEATTN_HOST_DEVICE int tile_of(int round, int cta, int grid) const {
-    return round * grid + ((round & 1) ? grid - 1 - cta : cta);
+    const int slot = rotation == 0 ? cta : (cta + (round >> group_rounds_log2) * rotation) % grid;
+    return round * grid + ((round & 1) ? grid - 1 - slot : slot);
   }
 
   // tile in [0, num_tiles): group-major, then query block, then (batch, head) pair.
