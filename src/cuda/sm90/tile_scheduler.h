@@ -31,7 +31,7 @@
 // and no shape of the sweep loses.  The whole-call order keeps fixed slots: its rounds' pair sums
 // vary smoothly and cancel between neighbouring rounds, which a shift would undo (d256 2k: 0.997 ->
 // 0.983 in the model when every pair of rounds shifted).
-// Integer arithmetic with its three divisors prepared on the host (common/fast_divisor.h), compiled
+// Integer arithmetic with its four divisors prepared on the host (common/fast_divisor.h), compiled
 // for the host too: tests/cpp/test_tile_scheduler.cpp checks that every tile runs exactly once.
 #pragma once
 
@@ -61,6 +61,7 @@ struct TileScheduler {
   FastDivisor by_group_pairs;  // group_pairs
   FastDivisor by_last_pairs;   // the last group's pairs (fewer when groups do not divide num_pairs)
   FastDivisor by_heads;        // num_heads
+  FastDivisor by_grid;         // the grid make() was given (the slot shift wraps around it)
 
   static constexpr int kMaxGroupedMBlocks = 16;  // 2k tokens at d128 and d256, 3k at d64
 
@@ -104,14 +105,21 @@ struct TileScheduler {
     const int last_group = (s.num_pairs - 1) / s.group_pairs;
     s.by_last_pairs = FastDivisor::make(s.num_pairs - last_group * s.group_pairs);
     s.by_heads = FastDivisor::make(num_heads);
+    s.by_grid = FastDivisor::make(grid);
     return s;
   }
 
-  // The tile CTA `cta` of `grid` runs in round `round`; >= num_tiles once the CTA is done.  Its slot
-  // in the round is its index, shifted by `rotation` a group of rounds; slot s takes the s-th tile
-  // of an even round and the s-th from the end of an odd one (the zigzag).
+  // The tile CTA `cta` of `grid` (make()'s) runs in round `round`; >= num_tiles once the CTA is
+  // done.  Its slot in the round is its index, shifted by `rotation` a group of rounds; slot s
+  // takes the s-th tile of an even round and the s-th from the end of an odd one (the zigzag).  The
+  // wrap goes through by_grid: a runtime % is ~25 dependent instructions on every warp's path into
+  // a tile (fast_divisor.h).
   TILEATTN_HOST_DEVICE int tile_of(int round, int cta, int grid) const {
-    const int slot = rotation == 0 ? cta : (cta + (round >> group_rounds_log2) * rotation) % grid;
+    int slot = cta;
+    if (rotation != 0) {
+      const int shifted = cta + (round >> group_rounds_log2) * rotation;
+      slot = shifted - by_grid.div(shifted) * grid;
+    }
     return round * grid + ((round & 1) ? grid - 1 - slot : slot);
   }
 
