@@ -6,6 +6,9 @@ block tables) next to PyTorch SDPA's flash and cuDNN backends (enable_gqa, K/V a
 view of the same contiguous cache), all in one process.
 
 Metric: GB/s of K and V read, 2 B Hk L d 2 bytes / time; every backend reads each K/V byte once.
+The `copy` layout is the ceiling at the point's size: a device-to-device copy of K alone, which
+moves the same bytes (half read, half written; the anchors' 4.0 TB/s counts a copy so), timed the
+same way, so a small point's launch and ramp are in the ceiling as they are in the decode.
 Time: each backend's calls are captured in a CUDA graph (no host launch cost in the number, as in
 a serving loop) over enough copies of the cache that consecutive calls miss L2 (50 MB); the
 backends' graphs are replayed in interleaved rounds, and each gets the median per call over its
@@ -45,7 +48,10 @@ def calls(layout, q, caches, seqlens):
     batch, length = caches[0][0].shape[:2]
     fns = []
     for k_cache, v_cache in caches:
-        if layout in ("flash", "cudnn"):
+        if layout == "copy":
+            def run(k_cache=k_cache, target=torch.empty_like(k_cache)):
+                return target.copy_(k_cache)
+        elif layout in ("flash", "cudnn"):
             qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)
             kind = SDPBackend.FLASH_ATTENTION if layout == "flash" else SDPBackend.CUDNN_ATTENTION
 
@@ -130,7 +136,8 @@ def main():
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
     ap.add_argument("--lengths", type=int, nargs="+",
                     default=[2048, 4096, 8192, 16384, 32768, 65536, 131072])
-    ap.add_argument("--layouts", nargs="+", default=["contiguous", "page16", "page256", "flash", "cudnn"])
+    ap.add_argument("--layouts", nargs="+",
+                    default=["contiguous", "page16", "page256", "flash", "cudnn", "copy"])
     ap.add_argument("--max-gb", type=float, default=40.0, help="skip points whose K + V exceed this")
     ap.add_argument("--out", default=None)
     ap.add_argument("--png", default=None)
@@ -198,7 +205,7 @@ def plot(rows, target):
             points = sorted((r["cache_len"], r["gbs_graph"]) for r in rows
                             if r["batch"] == batch and r["layout"] == layout)
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=layout,
-                    linestyle="--" if layout in ("flash", "cudnn") else "-")
+                    linestyle={"copy": ":", "flash": "--", "cudnn": "--"}.get(layout, "-"))
         ax.set_xscale("log", base=2)
         ax.set_title(f"batch {batch}")
         ax.set_xlabel("cache length")

@@ -2,8 +2,8 @@
 // multiply and a shift instead of the ~25 dependent instructions (I2F, MUFU.RCP, F2I and fix-ups)
 // of a runtime integer division.  The sm90 forward decodes every tile with three or four of them,
 // on each warp's critical path at the start of the tile (Nsight Compute, d128 causal 512: ~240
-// scalar instructions a tile before the first wait).  cutlass::FastDivmod does the same, but the tile
-// scheduler is also compiled by the CPU-only test build (tests/cpp), which has no CUTLASS.
+// scalar instructions a tile before the first wait).  cutlass::FastDivmod does the same, but the
+// tile scheduler is also compiled by the CPU-only test build (tests/cpp), which has no CUTLASS.
 //
 // With l = ceil(log2 d), shift = 31 + l and multiplier = ceil(2^shift / d):
 //   n * multiplier / 2^shift = n / d + n * e / 2^shift,  0 <= e < 1,

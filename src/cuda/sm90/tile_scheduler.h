@@ -24,11 +24,12 @@
 // each head, whose CTAs stream the same K/V blocks at about the same time.
 // The zigzag's pairs add up to a constant only when a head's walks do (1, 2, .., M blocks).  d64's
 // end-aligned 192-row tiles at 512 tokens walk 1, 3 and 4 blocks, so in every group of two rounds
-// the same 88 CTAs ran 4 + 1 and the other 44 ran 3 + 3, 16% more, group after group: 0.91 of the
-// ideal balance over the call.  Each group therefore shifts which CTA takes which slot by 0.618 of
-// the grid (the golden ratio spreads successive shifts evenly over the CTAs), so a group's uneven
-// pairs fall on different CTAs each time: 0.98 in the model (tests/cpp/test_tile_scheduler.cpp),
-// and no shape of the sweep loses.  The whole-call order keeps fixed slots: its rounds' pair sums
+// the same 88 CTAs ran 4 + 1 and the other 44 ran 3 + 3 (16% more in traced cycles), group after
+// group: 0.91 of the ideal balance over the call.  Each group therefore shifts which CTA takes
+// which slot by 0.618 of the grid (the golden ratio spreads successive shifts evenly over the
+// CTAs), so a group's uneven pairs fall on different CTAs each time: 0.98 in the model
+// (tests/cpp/test_tile_scheduler.cpp), and no shape of the sweep loses; measured, causal d64 512
+// +10% (perf log, session 27).  The whole-call order keeps fixed slots: its rounds' pair sums
 // vary smoothly and cancel between neighbouring rounds, which a shift would undo (d256 2k: 0.997 ->
 // 0.983 in the model when every pair of rounds shifted).
 // Integer arithmetic with its four divisors prepared on the host (common/fast_divisor.h), compiled
