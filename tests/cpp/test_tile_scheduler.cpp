@@ -101,9 +101,21 @@ TEST(Sm90TileScheduler, EveryTileRunsExactlyOnce) {
   }
 }
 
+// The busiest CTA's load over the mean, a tile costing walk(m_block) key blocks plus one (its
+// prologue and epilogue).
+template <typename Walk>
+double max_load_over_mean(const TileScheduler& s, int grid, Walk walk) {
+  std::vector<int> load(static_cast<size_t>(grid), 0);
+  for (int cta = 0; cta < grid; ++cta) {
+    for (int tile : tiles_of_cta(s, grid, cta)) load[static_cast<size_t>(cta)] += walk(s.coords(tile).m_block) + 1;
+  }
+  const double mean = std::accumulate(load.begin(), load.end(), 0.0) / grid;
+  return *std::max_element(load.begin(), load.end()) / mean;
+}
+
 // Short causal calls go in groups of two or four rounds (tile_scheduler.h), which must keep the
 // loads of the CTAs even: under a causal mask with square tiles, query block m sees m + 1 key
-// blocks, and a tile costs its key blocks plus one (the prologue and epilogue).
+// blocks.
 TEST(Sm90TileScheduler, ShortCausalGroupsKeepTheLoadsEven) {
   constexpr int kSms = 132;
   for (int seqlen : {256, 512, 1024, 2048}) {
@@ -113,12 +125,7 @@ TEST(Sm90TileScheduler, ShortCausalGroupsKeepTheLoadsEven) {
       const TileScheduler s = TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * dim, true, grid);
       SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " d" << dim);
       ASSERT_LT(s.group_pairs, s.num_pairs);  // grouped, not the whole-call order
-      std::vector<int> load(static_cast<size_t>(grid), 0);
-      for (int cta = 0; cta < grid; ++cta) {
-        for (int tile : tiles_of_cta(s, grid, cta)) load[static_cast<size_t>(cta)] += s.coords(tile).m_block + 2;
-      }
-      const double mean = std::accumulate(load.begin(), load.end(), 0.0) / grid;
-      EXPECT_LE(*std::max_element(load.begin(), load.end()), 1.05 * mean);
+      EXPECT_LE(max_load_over_mean(s, grid, [](int m_block) { return m_block + 1; }), 1.05);
     }
   }
 }
@@ -136,16 +143,11 @@ TEST(Sm90TileScheduler, EndAlignedD64GroupsKeepTheLoadsEven) {
     const TileScheduler s = TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * 64, true, grid);
     SCOPED_TRACE(testing::Message() << "seqlen " << seqlen);
     ASSERT_LT(s.group_pairs, s.num_pairs);
-    std::vector<int> load(static_cast<size_t>(grid), 0);
-    for (int cta = 0; cta < grid; ++cta) {
-      for (int tile : tiles_of_cta(s, grid, cta)) {
-        const int first = sm90_tile_first_row(s.coords(tile).m_block, kBlockM, seqlen, true);
-        const int last_row = std::min(first + kBlockM, seqlen) - 1;
-        load[static_cast<size_t>(cta)] += last_row / kBlockN + 1 + 1;  // the walk, plus one (as above)
-      }
-    }
-    const double mean = std::accumulate(load.begin(), load.end(), 0.0) / grid;
-    EXPECT_LE(*std::max_element(load.begin(), load.end()), 1.05 * mean);
+    const auto walk = [seqlen](int m_block) {  // key blocks up to the tile's last row's
+      const int first = sm90_tile_first_row(m_block, kBlockM, seqlen, true);
+      return (std::min(first + kBlockM, seqlen) - 1) / kBlockN + 1;
+    };
+    EXPECT_LE(max_load_over_mean(s, grid, walk), 1.05);
   }
 }
 
