@@ -8,7 +8,10 @@ while back to back cuDNN is 7% faster (sweeps v21, v22).  Two things differ betw
 of timing, and this script measures both, per backend, bf16, the sweep's "fa" shapes:
 
   back-to-back  microseconds a call over --seconds of calls queued without waiting (the sweep's
-                --queue timing), with the SM clock and board power nvidia-smi samples meanwhile
+                --queue timing), with the SM clock nvidia-smi samples meanwhile and the board's
+                energy a call: NVML's total-energy counter read before and after the window
+                (nvidia-smi's power.draw is a one-second average on Ampere and later, so its
+                samples in a one-second window mix in whatever ran the second before)
   warm          one call between two events, the previous call's data left in the L2
   flushed       the same after a 256 MB write that evicts the L2 (50 MB on the H200)
 
@@ -28,6 +31,27 @@ import timing  # bench/gpu/timing.py: puts the repository root on sys.path
 from bench import backends, shapes
 
 SMI_FIELDS = "timestamp,clocks.sm,power.draw"
+
+
+class EnergyCounter:
+    """NVML's total energy of GPU 0 since the driver loaded, in millijoules (Volta and later),
+    through the driver's own libnvidia-ml (no Python package needed)."""
+
+    def __init__(self):
+        import ctypes
+        self._nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if self._nvml.nvmlInit_v2() != 0:
+            raise RuntimeError("nvmlInit_v2 failed")
+        self._handle = ctypes.c_void_p()
+        if self._nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self._handle)) != 0:
+            raise RuntimeError("nvmlDeviceGetHandleByIndex_v2(0) failed")
+        self._value = ctypes.c_ulonglong()
+        self._ref = ctypes.byref
+
+    def millijoules(self):
+        if self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle, self._ref(self._value)) != 0:
+            raise RuntimeError("nvmlDeviceGetTotalEnergyConsumption failed")
+        return self._value.value
 SMI_TIME_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 
 
@@ -74,6 +98,7 @@ def main():
 
     causal_values = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
     scratch = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    energy = EnergyCounter()
     with tempfile.TemporaryFile("w+") as log:
         sampler = subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits",
                                     "-lms", "20"], stdout=log, stderr=subprocess.DEVNULL, text=True)
@@ -90,13 +115,18 @@ def main():
                                 fn = backends.get(name).make(q, k, v, causal)
                                 estimate = timing.median_ms(fn, runs=3, warmup=3)
                                 calls = max(100, int(args.seconds * 1e3 / estimate))
-                                begin = time.time()
-                                queued = timing.median_ms(fn, runs=1, warmup=10, queue=calls) * 1e3
-                                end = time.time()
+                                for _ in range(10):
+                                    fn()
+                                torch.cuda.synchronize()
+                                begin, joules_before = time.time(), energy.millijoules() / 1e3
+                                queued = timing.median_ms(fn, runs=1, warmup=0, queue=calls) * 1e3
+                                end, joules = time.time(), energy.millijoules() / 1e3 - joules_before
+                                board_watts = joules / (end - begin)
                                 warm = timing.median_ms(fn, runs=args.runs, warmup=0) * 1e3
                                 flushed = timing.median_ms(fn, runs=args.runs, warmup=0, before=scratch.zero_) * 1e3
                                 tflops = shapes.rate(case, "fwd", queued / 1e3)[0]
-                                rows.append((head_dim, seqlen, causal, name, queued, tflops, begin, end, warm, flushed))
+                                rows.append((head_dim, seqlen, causal, name, queued, tflops, begin, end, board_watts,
+                                             joules / calls * 1e3, warm, flushed))
             time.sleep(0.2)
         finally:
             sampler.terminate()
@@ -104,12 +134,13 @@ def main():
         log.seek(0)
         samples = parse_smi_samples(log.readlines())
 
-    print(f"{len(samples)} nvidia-smi samples; clocks and power are medians over each back-to-back window")
-    print("   d seqlen causal backend       back-to-back us  TFLOP/s   SM MHz  watts (n)   warm us  flushed us")
-    for head_dim, seqlen, causal, name, queued, tflops, begin, end, warm, flushed in rows:
-        mhz, watts, n = window_stats(samples, begin, end)
+    print(f"{len(samples)} nvidia-smi samples; the clock is their median over each back-to-back window, "
+          "watts and mJ a call from NVML's energy counter over the same window (smi W: power.draw's median)")
+    print("   d seqlen causal backend       back-to-back us  TFLOP/s   SM MHz  watts  mJ/call  smi W (n)   warm us  flushed us")
+    for head_dim, seqlen, causal, name, queued, tflops, begin, end, watts, mj, warm, flushed in rows:
+        mhz, smi_watts, n = window_stats(samples, begin, end)
         print(f"{head_dim:4d} {seqlen:6d} {int(causal):6d} {name:12s} {queued:15.1f} {tflops:8.1f} {mhz:8.0f} "
-              f"{watts:6.0f} ({n:3d}) {warm:9.1f} {flushed:11.1f}")
+              f"{watts:6.0f} {mj:8.1f} {smi_watts:6.0f} ({n:3d}) {warm:9.1f} {flushed:11.1f}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ Metric: GB/s of K and V read, 2 B Hk L d 2 bytes / time; every backend reads eac
 The `copy` layout is the ceiling at the point's size: a device-to-device copy of K alone, which
 moves the same bytes (half read, half written; the anchors' 4.0 TB/s counts a copy so), timed the
 same way, so a small point's launch and ramp are in the ceiling as they are in the decode.
+A tileattn layout may end in `:sN` (`contiguous:s2`) to fix num_splits at N instead of the library's
+heuristic, so split counts can be compared in one interleaved run.
 Time: each backend's calls are captured in a CUDA graph (no host launch cost in the number, as in
 a serving loop) over enough copies of the cache that consecutive calls miss L2 (50 MB); the
 backends' graphs are replayed in interleaved rounds, and each gets the median per call over its
@@ -43,9 +45,17 @@ def make_caches(batch, length, copies):
              torch.randn(shape, device="cuda", dtype=torch.bfloat16)) for _ in range(copies)]
 
 
+def parse_layout(layout):
+    """(layout, num_splits) of a layout name: `contiguous:s2` -> ("contiguous", 2); without the
+    suffix num_splits is 0, the library's heuristic."""
+    name, _, splits = layout.partition(":s")
+    return name, int(splits or 0)
+
+
 def calls(layout, q, caches, seqlens):
     """One zero-argument function per cache copy for `layout`."""
     batch, length = caches[0][0].shape[:2]
+    layout, splits = parse_layout(layout)
     fns = []
     for k_cache, v_cache in caches:
         if layout == "copy":
@@ -60,7 +70,8 @@ def calls(layout, q, caches, seqlens):
                     return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
         elif layout == "contiguous":
             def run(k_cache=k_cache, v_cache=v_cache):
-                return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+                return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                                        num_splits=splits)
         else:  # paged: the same memory seen as pages, in a random order
             page = int(layout.removeprefix("page"))
             blocks = batch * length // page
@@ -70,7 +81,7 @@ def calls(layout, q, caches, seqlens):
 
             def run(k_pages=k_pages, v_pages=v_pages, table=table):
                 return tileattn.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=seqlens,
-                                                        block_table=table)
+                                                        block_table=table, num_splits=splits)
         fns.append(run)
     return fns
 

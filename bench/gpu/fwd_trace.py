@@ -85,6 +85,16 @@ def report(trace, consumers, rounds):
     print("  producer around the boundary (cycles after consumer 0's loop end): " + ", ".join(cols))
 
 
+def cta_spans(trace):
+    """Each CTA's busy span, its first stamp to its last over every role and round (one SM's clock:
+    spans compare across CTAs, stamps do not), and how far the CTAs' spans spread: the call's tail
+    is the longest span against the mean."""
+    times = trace[:, :, :, :38]
+    spans = np.array([t[t > 0].max() - t[t > 0].min() for t in times if (t > 0).any()])
+    print(f"  CTA spans (cycles): min {spans.min()}, median {np.median(spans):.0f}, max {spans.max()}; "
+          f"mean / max {spans.mean() / spans.max():.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--headdim", type=int, default=128)
@@ -114,7 +124,9 @@ def main():
             if rounds < 3:
                 print("  too few rounds to report")
                 continue
-            report(read(lib), consumers, rounds)
+            trace = read(lib)
+            report(trace, consumers, rounds)
+            cta_spans(trace)
 
 
 if __name__ == "__main__":

@@ -2,24 +2,13 @@
 `--format=csv,noheader,nounits` parse into (time, MHz, watts), lines that are not samples are
 skipped, and each back-to-back window gets the medians of the samples taken inside it only."""
 import datetime
-import importlib.util
 import math
-import pathlib
-import sys
 
-GPU_DIR = pathlib.Path(__file__).resolve().parents[1] / "gpu"
-
-
-def load():
-    sys.path.insert(0, str(GPU_DIR))  # the script imports bench/gpu/timing.py by name
-    spec = importlib.util.spec_from_file_location("clocks_and_l2", GPU_DIR / "clocks_and_l2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from gpu_scripts import load_gpu_script
 
 
 def test_samples_parse_and_windows_take_their_own_medians():
-    m = load()
+    m = load_gpu_script("clocks_and_l2")
     lines = [
         "2026/12/02 03:50:01.000, 1980, 612.40\n",
         "timestamp, clocks.current.sm [MHz], power.draw [W]\n",  # a header: skipped
