@@ -25,10 +25,10 @@ struct Shape {
 };
 
 // The tiles CTA `cta` runs, in order: the kernels' loop (src/cuda/sm90/producer.h, consumer.h).
-std::vector<int> tiles_of_cta(const TileScheduler& s, int grid, int cta) {
+std::vector<int> tiles_of_cta(const TileScheduler& s, int cta) {
   std::vector<int> tiles;
   for (int round = 0;; ++round) {
-    const int tile = s.tile_of(round, cta, grid);
+    const int tile = s.tile_of(round, cta);
     if (tile >= s.num_tiles) break;
     tiles.push_back(tile);
   }
@@ -39,7 +39,7 @@ std::vector<int> tiles_of_cta(const TileScheduler& s, int grid, int cta) {
 std::vector<int> visits(const TileScheduler& s, int grid) {
   std::vector<int> count(static_cast<size_t>(s.num_tiles), 0);
   for (int cta = 0; cta < grid; ++cta) {
-    for (int tile : tiles_of_cta(s, grid, cta)) ++count[static_cast<size_t>(tile)];
+    for (int tile : tiles_of_cta(s, cta)) ++count[static_cast<size_t>(tile)];
   }
   return count;
 }
@@ -107,7 +107,7 @@ template <typename Walk>
 double max_load_over_mean(const TileScheduler& s, int grid, Walk walk) {
   std::vector<int> load(static_cast<size_t>(grid), 0);
   for (int cta = 0; cta < grid; ++cta) {
-    for (int tile : tiles_of_cta(s, grid, cta)) load[static_cast<size_t>(cta)] += walk(s.coords(tile).m_block) + 1;
+    for (int tile : tiles_of_cta(s, cta)) load[static_cast<size_t>(cta)] += walk(s.coords(tile).m_block) + 1;
   }
   const double mean = std::accumulate(load.begin(), load.end(), 0.0) / grid;
   return *std::max_element(load.begin(), load.end()) / mean;

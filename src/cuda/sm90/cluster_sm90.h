@@ -82,7 +82,7 @@ template <typename Traits>
 struct CtaTiles {
   TileScheduler const& scheduler;
   __device__ __forceinline__ int tile_of(int round) const {
-    return scheduler.tile_of(round, blockIdx.x / Traits::kClusterSize, gridDim.x / Traits::kClusterSize);
+    return scheduler.tile_of(round, blockIdx.x / Traits::kClusterSize);
   }
   __device__ __forceinline__ bool done(int tile) const { return tile >= scheduler.num_tiles; }
   __device__ __forceinline__ TileCoords coords(int tile) const {

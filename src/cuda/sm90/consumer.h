@@ -245,9 +245,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
 
     float lse[kRowsPerThread];
     softmax.finalize(acc_o_rows, prm.args.output_scale, lse);
-    float* lse_rows = p.softmax_lse + lse_offset(p, seq, max(row0, 0), tc.head);
-    store_tile_output<Traits>(prm, ss, consumer, tid, tc, seq, row0, lse_rows, has_rows ? seq.seqlen_q - row0 : 0,
-                              acc_o, lse);
+    store_tile_output<Traits>(prm, ss, consumer, tid, tc, seq, row0, acc_o, lse);
   }
   // The last TMA store must have read its staging buffer before the CTA's shared memory goes away.
   if (tid == 0) tma_store_wait<0>();

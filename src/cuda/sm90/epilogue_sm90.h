@@ -10,6 +10,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "common/sequence.h"
 #include "cuda/cute_utils.h"
 #include "cuda/sm90/kernel_params_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
@@ -48,11 +49,12 @@ __device__ __forceinline__ void store_o_pairs(Sm90Params<Traits> const& prm, Til
   }
 }
 
+// Stores consumer `consumer`'s O and LSE rows, its 64 rows starting at query row row0 of the
+// sequence (negative: the padding above a shifted first tile, consumer.h, which stores nothing).
 template <typename Traits, typename TensorO, int kRowsPerThread>
 __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm, typename Traits::SharedStorage& ss,
                                                   int consumer, int tid, TileCoords const& tc,
-                                                  SequenceView const& seq, int row0, float* lse_rows, int q_rows,
-                                                  TensorO const& acc_o,
+                                                  SequenceView const& seq, int row0, TensorO const& acc_o,
                                                   const float (&lse)[kRowsPerThread]) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -60,6 +62,10 @@ __device__ __forceinline__ void store_tile_output(Sm90Params<Traits> const& prm,
   using HeadDim = typename Traits::HeadDim;
   typename Traits::TiledMmaPV tiled_mma;
   auto thr_mma = tiled_mma.get_thread_slice(tid);
+  const ForwardParams& p = prm.args.params;
+  // Rows of this consumer inside the sequence: none for padding, fewer than 64 at its end.
+  const int q_rows = row0 >= 0 && row0 < seq.seqlen_q ? seq.seqlen_q - row0 : 0;
+  float* lse_rows = p.softmax_lse + lse_offset(p, seq, max(row0, 0), tc.head);
 
   // LSE: the quad's first thread holds column 0 of its two rows.
   Tensor cO = thr_mma.partition_C(make_identity_tensor(Shape<Rows, HeadDim>{}));

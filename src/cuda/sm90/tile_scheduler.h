@@ -110,12 +110,13 @@ struct TileScheduler {
     return s;
   }
 
-  // The tile CTA `cta` of `grid` (make()'s) runs in round `round`; >= num_tiles once the CTA is
-  // done.  Its slot in the round is its index, shifted by `rotation` a group of rounds; slot s
-  // takes the s-th tile of an even round and the s-th from the end of an odd one (the zigzag).  The
-  // wrap goes through by_grid: a runtime % is ~25 dependent instructions on every warp's path into
-  // a tile (fast_divisor.h).
-  TILEATTN_HOST_DEVICE int tile_of(int round, int cta, int grid) const {
+  // The tile CTA `cta` (of the grid make() was given) runs in round `round`; >= num_tiles once the
+  // CTA is done.  Its slot in the round is its index, shifted by `rotation` a group of rounds; slot
+  // s takes the s-th tile of an even round and the s-th from the end of an odd one (the zigzag).
+  // The wrap goes through by_grid: a runtime % is ~25 dependent instructions on every warp's path
+  // into a tile (fast_divisor.h).
+  TILEATTN_HOST_DEVICE int tile_of(int round, int cta) const {
+    const int grid = static_cast<int>(by_grid.divisor);
     int slot = cta;
     if (rotation != 0) {
       const int shifted = cta + (round >> group_rounds_log2) * rotation;
