@@ -19,67 +19,74 @@ rc=0
 # A test still running after 90 s dumps every thread's stack into its log (pytest's faulthandler),
 # so a kernel that hangs names its test before the step's time limit kills it.
 PYTEST="python3 -m pytest -q -p no:cacheprovider -o faulthandler_timeout=90"
+# failed NAME: a step failed; its log's lines naming what failed and how to replay it (pytest's
+# FAILED lines and TILEATTN_TEST_SEED) go to the console at once, because the full logs come back
+# only in suite-logs.tgz, which a run cut short never writes (session 28 lost a failure's seed so).
+failed() {
+  rc=1
+  grep -E "^(FAILED|ERROR) |to reproduce:|Error|FAIL" "$LOGS/$1.log" | tail -n 15
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$LOGS/gpu.log"
 if [[ $WHAT == all || $WHAT == tests ]]; then
   TILEATTN_TEST_DEVICES=cuda timeout 300 $PYTEST tests/python 2>&1 \
-    | tee "$LOGS/pytest_cuda.log" | tail -4 || rc=1
+    | tee "$LOGS/pytest_cuda.log" | tail -4 || failed pytest_cuda
   if [[ ${SKIP_CHECK_FORWARD:-0} != 1 ]]; then
-    timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$LOGS/check_forward.log" 2>&1 || rc=1
+    timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$LOGS/check_forward.log" 2>&1 || failed check_forward
     tail -2 "$LOGS/check_forward.log"
   fi
   # Non-causal calls without a window or sequence bounds run the K/V-multicast kernel (two CTAs of a
   # cluster share each K/V load) where auto finds the query blocks pair up; forced on, every such
   # call runs it, the ones whose second CTA has no rows included.
   TILEATTN_FORWARD_KV_MULTICAST=on timeout 180 python3 tests/cuda/check_forward.py "$LIB" \
-    > "$LOGS/check_forward_kv_multicast.log" 2>&1 || rc=1
+    > "$LOGS/check_forward_kv_multicast.log" 2>&1 || failed check_forward_kv_multicast
   tail -2 "$LOGS/check_forward_kv_multicast.log"
   TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_KV_MULTICAST=on timeout 300 $PYTEST \
-    tests/python -k "not grad and not backward and not kvcache" 2>&1 | tee "$LOGS/pytest_cuda_kv_multicast.log" | tail -2 || rc=1
+    tests/python -k "not grad and not backward and not kvcache" 2>&1 | tee "$LOGS/pytest_cuda_kv_multicast.log" | tail -2 || failed pytest_cuda_kv_multicast
   TILEATTN_FORWARD_KV_MULTICAST=on timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python3 tests/cuda/sanitize_forward.py > "$LOGS/sanitize_forward_kv_multicast.log" 2>&1 || rc=1
+    python3 tests/cuda/sanitize_forward.py > "$LOGS/sanitize_forward_kv_multicast.log" 2>&1 || failed sanitize_forward_kv_multicast
   tail -2 "$LOGS/sanitize_forward_kv_multicast.log"
   # On sm90 the runs above use the Hopper forward family (src/cuda/cuda_forward.cu); the forward
   # tests again with the sm80 family forced, which serves what the sm90 family does not (unaligned
   # or zero strides) and other GPUs.
-  TILEATTN_FORWARD_FAMILY=sm80 timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$LOGS/check_forward_sm80.log" 2>&1 || rc=1
+  TILEATTN_FORWARD_FAMILY=sm80 timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$LOGS/check_forward_sm80.log" 2>&1 || failed check_forward_sm80
   tail -2 "$LOGS/check_forward_sm80.log"
   TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm80 timeout 300 $PYTEST \
-    tests/python -k "not grad and not backward" 2>&1 | tee "$LOGS/pytest_cuda_sm80.log" | tail -2 || rc=1
-  timeout 300 python3 tests/cuda/check_backward.py > "$LOGS/check_backward.log" 2>&1 || rc=1
+    tests/python -k "not grad and not backward" 2>&1 | tee "$LOGS/pytest_cuda_sm80.log" | tail -2 || failed pytest_cuda_sm80
+  timeout 300 python3 tests/cuda/check_backward.py > "$LOGS/check_backward.log" 2>&1 || failed check_backward
   tail -1 "$LOGS/check_backward.log"
   # On sm90 the backward's products run on wgmma; the same checks with the mma.sync products.
-  TILEATTN_BACKWARD_FAMILY=sm80 timeout 300 python3 tests/cuda/check_backward.py > "$LOGS/check_backward_sm80.log" 2>&1 || rc=1
+  TILEATTN_BACKWARD_FAMILY=sm80 timeout 300 python3 tests/cuda/check_backward.py > "$LOGS/check_backward_sm80.log" 2>&1 || failed check_backward_sm80
   tail -1 "$LOGS/check_backward_sm80.log"
   TILEATTN_TEST_DEVICES=cuda TILEATTN_BACKWARD_FAMILY=sm80 timeout 300 $PYTEST \
-    tests/python -k "grad or backward" 2>&1 | tee "$LOGS/pytest_cuda_bwd_sm80.log" | tail -2 || rc=1
+    tests/python -k "grad or backward" 2>&1 | tee "$LOGS/pytest_cuda_bwd_sm80.log" | tail -2 || failed pytest_cuda_bwd_sm80
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_backward.py \
-    > "$LOGS/sanitize_backward.log" 2>&1 || rc=1
+    > "$LOGS/sanitize_backward.log" 2>&1 || failed sanitize_backward
   tail -2 "$LOGS/sanitize_backward.log"
   # The warp-specialized Hopper backward serves dense d65-128 calls from 1024 query rows under
   # auto (d <= 64 only when forced); the checks, gradient tests and memcheck again with it forced,
   # at every size it can serve.
-  TILEATTN_BACKWARD_WS=1 timeout 300 python3 tests/cuda/check_backward.py > "$LOGS/check_backward_ws.log" 2>&1 || rc=1
+  TILEATTN_BACKWARD_WS=1 timeout 300 python3 tests/cuda/check_backward.py > "$LOGS/check_backward_ws.log" 2>&1 || failed check_backward_ws
   tail -1 "$LOGS/check_backward_ws.log"
   TILEATTN_TEST_DEVICES=cuda TILEATTN_BACKWARD_WS=1 timeout 300 $PYTEST \
-    tests/python -k "grad or backward" 2>&1 | tee "$LOGS/pytest_cuda_bwd_ws.log" | tail -2 || rc=1
+    tests/python -k "grad or backward" 2>&1 | tee "$LOGS/pytest_cuda_bwd_ws.log" | tail -2 || failed pytest_cuda_bwd_ws
   TILEATTN_BACKWARD_WS=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python3 tests/cuda/sanitize_backward.py > "$LOGS/sanitize_backward_ws.log" 2>&1 || rc=1
+    python3 tests/cuda/sanitize_backward.py > "$LOGS/sanitize_backward_ws.log" 2>&1 || failed sanitize_backward_ws
   tail -2 "$LOGS/sanitize_backward_ws.log"
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_decode.py \
-    > "$LOGS/sanitize_decode.log" 2>&1 || rc=1
+    > "$LOGS/sanitize_decode.log" 2>&1 || failed sanitize_decode
   tail -2 "$LOGS/sanitize_decode.log"
   # Decode on sm90 runs the TMA loop for calls with the split heuristic on contiguous caches or
   # pages a multiple of its block, the register loop for a fixed num_splits and other page sizes
   # (cuda_decode.cu): the decode tests and memcheck again with each forced at every call.
   TILEATTN_TEST_DEVICES=cuda TILEATTN_DECODE_FAMILY=sm90 timeout 120 $PYTEST \
-    tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$LOGS/pytest_decode_tma.log" | tail -2 || rc=1
+    tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$LOGS/pytest_decode_tma.log" | tail -2 || failed pytest_decode_tma
   TILEATTN_DECODE_FAMILY=sm90 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python3 tests/cuda/sanitize_decode.py > "$LOGS/sanitize_decode_tma.log" 2>&1 || rc=1
+    python3 tests/cuda/sanitize_decode.py > "$LOGS/sanitize_decode_tma.log" 2>&1 || failed sanitize_decode_tma
   tail -2 "$LOGS/sanitize_decode_tma.log"
   TILEATTN_TEST_DEVICES=cuda TILEATTN_DECODE_FAMILY=sm80 timeout 120 $PYTEST \
-    tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$LOGS/pytest_decode_registers.log" | tail -2 || rc=1
+    tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$LOGS/pytest_decode_registers.log" | tail -2 || failed pytest_decode_registers
   TILEATTN_DECODE_FAMILY=sm80 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python3 tests/cuda/sanitize_decode.py > "$LOGS/sanitize_decode_registers.log" 2>&1 || rc=1
+    python3 tests/cuda/sanitize_decode.py > "$LOGS/sanitize_decode_registers.log" 2>&1 || failed sanitize_decode_registers
   tail -2 "$LOGS/sanitize_decode_registers.log"
 fi
 if [[ $WHAT == all || $WHAT == bench ]]; then
