@@ -21,6 +21,7 @@ two level while "warm" does not, it is the L2 state one call leaves the next.
     python3 bench/gpu/clocks_and_l2.py [--headdims 128] [--seqlens 512 8192] [--causal no]
 """
 import argparse
+import ctypes
 import datetime
 import statistics
 import subprocess
@@ -31,6 +32,7 @@ import timing  # bench/gpu/timing.py: puts the repository root on sys.path
 from bench import backends, shapes
 
 SMI_FIELDS = "timestamp,clocks.sm,power.draw"
+SMI_TIME_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 
 
 class EnergyCounter:
@@ -38,7 +40,6 @@ class EnergyCounter:
     through the driver's own libnvidia-ml (no Python package needed)."""
 
     def __init__(self):
-        import ctypes
         self._nvml = ctypes.CDLL("libnvidia-ml.so.1")
         if self._nvml.nvmlInit_v2() != 0:
             raise RuntimeError("nvmlInit_v2 failed")
@@ -46,13 +47,11 @@ class EnergyCounter:
         if self._nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self._handle)) != 0:
             raise RuntimeError("nvmlDeviceGetHandleByIndex_v2(0) failed")
         self._value = ctypes.c_ulonglong()
-        self._ref = ctypes.byref
 
     def millijoules(self):
-        if self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle, self._ref(self._value)) != 0:
+        if self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle, ctypes.byref(self._value)) != 0:
             raise RuntimeError("nvmlDeviceGetTotalEnergyConsumption failed")
         return self._value.value
-SMI_TIME_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 
 
 def parse_smi_samples(lines):

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 CTAS, ROLES, ROUNDS, EVENTS = 132, 4, 64, 41
+STAMPS = 38  # events 0..37 are clock64 stamps; 38..40 hold values (key blocks, query block, own blocks)
 TILE_STEPS = ["sched+Q wait", "Q to registers", "first K wait", "first turn", "first QK", "first softmax",
               "loop", "last PV", "finalize", "store"]
 LOOP_STEPS = {"turn": (0, 1), "QK issue": (1, 7), "V wait": (7, 8), "PV issue": (8, 2), "S wait": (2, 3),
@@ -89,7 +90,7 @@ def cta_spans(trace):
     """Each CTA's busy span, its first stamp to its last over every role and round (one SM's clock:
     spans compare across CTAs, stamps do not), and how far the CTAs' spans spread: the call's tail
     is the longest span against the mean."""
-    times = trace[:, :, :, :38]
+    times = trace[:, :, :, :STAMPS]
     spans = np.array([t[t > 0].max() - t[t > 0].min() for t in times if (t > 0).any()])
     print(f"  CTA spans (cycles): min {spans.min()}, median {np.median(spans):.0f}, max {spans.max()}; "
           f"mean / max {spans.mean() / spans.max():.3f}")
