@@ -38,6 +38,17 @@ ANCHORS = {(1, 32768), (8, 8192), (32, 8192), (64, 4096)}
 L2_BYTES = 50 << 20
 
 
+def kv_bytes_of(batch, length):
+    """Bytes of K and V a call reads at (batch, length)."""
+    return 2 * batch * HEADS_K * length * DIM * 2
+
+
+def cache_copies(batch, length):
+    """Copies of the cache that consecutive calls rotate through so that none finds its K/V in L2
+    (four L2s' worth, at most 16)."""
+    return max(1, min(16, math.ceil(4 * L2_BYTES / kv_bytes_of(batch, length))))
+
+
 def make_caches(batch, length, copies):
     """`copies` contiguous caches (B, L, Hk, d) with a random length-L history each."""
     shape = (batch, length, HEADS_K, DIM)
@@ -162,11 +173,10 @@ def main():
     rows = []
     for batch in args.batches:
         for length in args.lengths:
-            kv_bytes = 2 * batch * HEADS_K * length * DIM * 2
+            kv_bytes = kv_bytes_of(batch, length)
             if kv_bytes > args.max_gb * 1e9:
                 continue
-            copies = max(1, min(16, math.ceil(4 * L2_BYTES / kv_bytes)))
-            caches = make_caches(batch, length, copies)
+            caches = make_caches(batch, length, cache_copies(batch, length))
             q = torch.randn(batch, 1, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
             seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
             # The calls stay referenced while their graphs replay: a graph holds the addresses of

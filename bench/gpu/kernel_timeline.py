@@ -98,11 +98,10 @@ def main():
         del q, k, v
     # Decode as decode.py times it: the calls captured in a CUDA graph over copies of the cache that
     # do not fit the L2 together, one replay profiled.
-    from decode import DIM, HEADS, HEADS_K, L2_BYTES, calls, capture, make_caches
+    from decode import DIM, HEADS, cache_copies, calls, capture, make_caches
     for spec in args.decode:
         batch, length = (int(x) for x in spec.split(":"))
-        copies = max(1, min(16, -(-4 * L2_BYTES // (4 * batch * HEADS_K * length * DIM))))
-        caches = make_caches(batch, length, copies)
+        caches = make_caches(batch, length, cache_copies(batch, length))
         q = torch.randn(batch, 1, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
         seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
         for name in args.backends:

@@ -44,12 +44,17 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", DEVICES)
 
 
+def seed_of_test(session_seed, node_id):
+    """The torch seed of the test `node_id` in the session of `session_seed` (TILEATTN_TEST_SEED)."""
+    return session_seed ^ zlib.crc32(node_id.encode())
+
+
 @pytest.fixture(autouse=True)
 def _fresh_seed_and_poison(request, monkeypatch):
     """Fresh inputs for every test (a seed derived from the session seed and the test's id, so a
     failure reproduces with TILEATTN_TEST_SEED), and every output the package allocates filled
     with NaN before the library writes it."""
-    torch.manual_seed(_SESSION_SEED ^ zlib.crc32(request.node.nodeid.encode()))
+    torch.manual_seed(seed_of_test(_SESSION_SEED, request.node.nodeid))
     monkeypatch.setattr(_ops, "poison_outputs", True)
 
 
