@@ -145,8 +145,27 @@ def check_against_reference(opts, dtype, args, slot, first, out, lse):
         kw = dict(window_left=left, window_right=right, softcap=opts["softcap"], alibi_slopes=slopes)
         truth = attention(qb[None], keys[None], values[None], dtype=torch.float64, **kw)
         naive = attention(qb.to(dtype)[None], keys[None], values[None], dtype=dtype, **kw)
-        assert_fa_close(f"b{b} out", out[b:b + 1], naive["out"], truth["out"], FLOOR[dtype])
-        assert_fa_close(f"b{b} lse", lse[b:b + 1], naive["lse"], truth["lse"], FLOOR[dtype])
+        shift = rotated_q_rounding_shift(qb, keys, values, dtype, truth, kw) if cos is not None \
+            else {"out": None, "lse": None}
+        assert_fa_close(f"b{b} out", out[b:b + 1], naive["out"], truth["out"], FLOOR[dtype],
+                        shift=shift["out"])
+        assert_fa_close(f"b{b} lse", lse[b:b + 1], naive["lse"], truth["lse"], FLOOR[dtype],
+                        shift=shift["lse"])
+
+
+def rotated_q_rounding_shift(q_rotated, keys, values, dtype, truth, kw):
+    """How far out and lse move, in float64, when the rotated q is rounded to `dtype` before Q K^T.
+
+    The CUDA kernels do that (their tensor cores take float16 or bfloat16, and flash-attn 2 rounds
+    the rotated q the same way), so the shift is part of the contract, not an error of the kernel.
+    The naive baseline rounds q there too, but its other roundings (q x scale, the scores) can
+    cancel that one by chance: d20_unaligned_mqa, 3 rows over 18 keys, failed 21 of 3000 seeds on
+    the H200 with the rounding as its only error (session 29, docs/cuda-decode.md), and a float64
+    replay of that rounding gives the kernel's LSE error to three digits."""
+    rounded = attention(q_rotated.to(dtype)[None], keys[None], values[None], dtype=torch.float64,
+                        **kw)
+    return {name: torch.where(torch.isfinite(truth[name]), rounded[name] - truth[name], 0.0)
+            for name in ("out", "lse")}
 
 
 @pytest.mark.parametrize("case", list(CASES))
