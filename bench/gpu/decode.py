@@ -10,7 +10,9 @@ The `copy` layout is the ceiling at the point's size: a device-to-device copy of
 moves the same bytes (half read, half written; the anchors' 4.0 TB/s counts a copy so), timed the
 same way, so a small point's launch and ramp are in the ceiling as they are in the decode.
 A tileattn layout may end in `:sN` (`contiguous:s2`) to fix num_splits at N instead of the library's
-heuristic, so split counts can be compared in one interleaved run.
+heuristic, so split counts can be compared in one interleaved run, and in `:a` (`page16:a`) to make
+each call append its token as a serving step does: k and v of one new token given, written at
+position L - 1, attention over the L positions (the same K/V bytes read, plus the append kernel).
 Time: each backend's calls are captured in a CUDA graph (no host launch cost in the number, as in
 a serving loop) over enough copies of the cache that consecutive calls miss L2 (50 MB); the
 backends' graphs are replayed in interleaved rounds, and each gets the median per call over its
@@ -57,16 +59,29 @@ def make_caches(batch, length, copies):
 
 
 def parse_layout(layout):
-    """(layout, num_splits) of a layout name: `contiguous:s2` -> ("contiguous", 2); without the
-    suffix num_splits is 0, the library's heuristic."""
-    name, _, splits = layout.partition(":s")
-    return name, int(splits or 0)
+    """(layout, num_splits, append) of a layout name: `contiguous:s2` -> ("contiguous", 2, False),
+    `page16:a` -> ("page16", 0, True); without `:sN` num_splits is 0, the library's heuristic."""
+    name, *suffixes = layout.split(":")
+    unknown = [x for x in suffixes if x != "a" and not (x.startswith("s") and x[1:].isdigit())]
+    if unknown:
+        raise ValueError(f"layout {layout}: unknown suffix {unknown[0]} (:sN or :a)")
+    splits = [int(x[1:]) for x in suffixes if x.startswith("s")]
+    return name, splits[-1] if splits else 0, "a" in suffixes
 
 
 def calls(layout, q, caches, seqlens):
     """One zero-argument function per cache copy for `layout`."""
+    layout, splits, append = parse_layout(layout)
+    if append and layout in ("copy", "flash", "cudnn"):
+        raise ValueError(f"layout {layout}: only tileattn's layouts take :a (SDPA does not append)")
     batch, length = caches[0][0].shape[:2]
-    layout, splits = parse_layout(layout)
+    # With an append the cache holds L - 1 tokens before the call and L after it.
+    new = {}
+    if append:
+        shape = (batch, 1, HEADS_K, DIM)
+        new = dict(k=torch.randn(shape, device="cuda", dtype=torch.bfloat16),
+                   v=torch.randn(shape, device="cuda", dtype=torch.bfloat16))
+        seqlens = seqlens - 1
     fns = []
     for k_cache, v_cache in caches:
         if layout == "copy":
@@ -82,7 +97,7 @@ def calls(layout, q, caches, seqlens):
         elif layout == "contiguous":
             def run(k_cache=k_cache, v_cache=v_cache):
                 return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
-                                                        num_splits=splits)
+                                                        num_splits=splits, **new)
         else:  # paged: the same memory seen as pages, in a random order
             page = int(layout.removeprefix("page"))
             blocks = batch * length // page
@@ -92,7 +107,7 @@ def calls(layout, q, caches, seqlens):
 
             def run(k_pages=k_pages, v_pages=v_pages, table=table):
                 return tileattn.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=seqlens,
-                                                        block_table=table, num_splits=splits)
+                                                        block_table=table, num_splits=splits, **new)
         fns.append(run)
     return fns
 

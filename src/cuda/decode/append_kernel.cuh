@@ -1,5 +1,7 @@
 // The append kernel: k_new/v_new written into the cache at cache_seqlens[b] + i (through the block
 // table when paged), k rotated first; and the rotary rule, which the split kernel applies to q.
+// Launched in stream order (it starts once everything before it has finished), it lets the split
+// kernel launch at its start.
 #pragma once
 
 #include "cuda/decode/decode_args.h"
@@ -20,22 +22,49 @@ __device__ __forceinline__ int rotary_angle(const tileattn_kvcache_params& p, in
   return p.rotary_interleaved ? d / 2 : d < half ? d : d - half;
 }
 
+// The index of angle j at row `position` in the (positions, rotary_dim / 2) cos and sin tables.
+__device__ __forceinline__ int64_t rotary_at(const tileattn_kvcache_params& p, int64_t position, int j) {
+  return position * (p.rotary_dim / 2) + j;
+}
+
 template <typename T>
 __device__ __forceinline__ float2 rotary_cos_sin(const tileattn_kvcache_params& p, int64_t position, int j) {
-  const int64_t at = position * (p.rotary_dim / 2) + j;
+  const int64_t at = rotary_at(p, position, j);
   return make_float2(to_float(static_cast<const T*>(p.rotary_cos)[at]),
                      to_float(static_cast<const T*>(p.rotary_sin)[at]));
 }
 
+// What element d of row x becomes, split into its loads (RotaryInputs, raw) and its math
+// (rotated), so a thread can issue several elements' loads before it uses any.
 template <typename T>
-__device__ __forceinline__ float rotated_element(const tileattn_kvcache_params& p, const T* x, int d,
-                                                 int64_t position) {
-  if (p.rotary_cos == nullptr || d >= p.rotary_dim) return to_float(x[d]);
-  const int j = rotary_angle(p, d);
-  const int2 pair = rotary_pair(p, j);
-  const float2 cs = rotary_cos_sin<T>(p, position, j);
-  const float xa = to_float(x[pair.x]), xb = to_float(x[pair.y]);
-  return d == pair.x ? xa * cs.x - xb * cs.y : xa * cs.y + xb * cs.x;
+struct RotaryInputs {
+  T xa, xb, c, s;    // x[a], x[b] and the angle's cos, sin; only xa for a dim rotary passes through
+  bool rotated, first;  // first: d is a (x'[a]), else b (x'[b])
+};
+
+template <typename T>
+__device__ __forceinline__ RotaryInputs<T> load_rotary_inputs(const tileattn_kvcache_params& p, const T* x, int d,
+                                                              int64_t position) {
+  RotaryInputs<T> in;
+  in.rotated = p.rotary_cos != nullptr && d < p.rotary_dim;
+  const int j = in.rotated ? rotary_angle(p, d) : 0;
+  const int2 pair = in.rotated ? rotary_pair(p, j) : make_int2(d, d);
+  in.first = d == pair.x;
+  in.xa = x[pair.x];
+  if (in.rotated) {
+    const int64_t at = rotary_at(p, position, j);
+    in.xb = x[pair.y];
+    in.c = static_cast<const T*>(p.rotary_cos)[at];
+    in.s = static_cast<const T*>(p.rotary_sin)[at];
+  }
+  return in;
+}
+
+template <typename T>
+__device__ __forceinline__ float rotated(const RotaryInputs<T>& in) {
+  if (!in.rotated) return to_float(in.xa);
+  const float xa = to_float(in.xa), xb = to_float(in.xb), c = to_float(in.c), s = to_float(in.s);
+  return in.first ? xa * c - xb * s : xa * s + xb * c;
 }
 
 // Grid (seqlen_new, batch); the threads of a CTA cover Hk x head_dim elements of one new token.
@@ -45,6 +74,12 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) append_kernel(const DecodeArgs args) {
   const tileattn_kvcache_params& p = args.p;
   const tileattn_fwd_params& f = p.fwd;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Lets the split kernel launch now: it reads the new positions only after its
+  // griddepcontrol.wait, and everything else it reads was written before this kernel started
+  // (split_kernel.cuh, "after an append").
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const int i = blockIdx.x, b = blockIdx.y;
   const SequenceKeys seq = sequence_keys(p, b);
   if (!seq.ok) return;
@@ -56,10 +91,31 @@ __global__ void __launch_bounds__(kThreads) append_kernel(const DecodeArgs args)
   const T* v_new = static_cast<const T*>(p.v_new) + b * p.v_new_batch_stride + i * p.v_new_row_stride;
   T* k_cache = static_cast<T*>(const_cast<void*>(f.k)) + k_row;
   T* v_cache = static_cast<T*>(const_cast<void*>(f.v)) + v_row;
-  for (int e = threadIdx.x; e < f.num_heads_k * f.head_dim; e += blockDim.x) {
-    const int h = e / f.head_dim, d = e % f.head_dim;
-    k_cache[h * f.k_head_stride + d] = from_float<T>(rotated_element(p, k_new + h * p.k_new_head_stride, d, pos));
-    v_cache[h * f.v_head_stride + d] = v_new[h * p.v_new_head_stride + d];
+  // kBatch elements a thread a pass, every load of a pass issued before its first store: one
+  // memory round trip a pass.  One element at a time, each store waited for its loads, 8 round
+  // trips at 8 x d128 (~4.8 us of a 23-28 us call at 8 x 2k, session 29), and more when the split
+  // kernel's first requests flood the memory system meanwhile (split_kernel.cuh, "after an append").
+  constexpr int kBatch = 8;
+  const int n = f.num_heads_k * f.head_dim;
+  for (int e0 = threadIdx.x; e0 < n; e0 += kBatch * blockDim.x) {
+    RotaryInputs<T> k[kBatch];
+    T v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * blockDim.x, h = e / f.head_dim, d = e % f.head_dim;
+      if (e < n) {
+        k[u] = load_rotary_inputs(p, k_new + h * p.k_new_head_stride, d, pos);
+        v[u] = v_new[h * p.v_new_head_stride + d];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * blockDim.x, h = e / f.head_dim, d = e % f.head_dim;
+      if (e < n) {
+        k_cache[h * f.k_head_stride + d] = from_float<T>(rotated(k[u]));
+        v_cache[h * f.v_head_stride + d] = v[u];
+      }
+    }
   }
 }
 

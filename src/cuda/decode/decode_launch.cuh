@@ -145,7 +145,8 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
                 "the call needs " + std::to_string(layout.bytes) + " bytes of workspace, got " +
                     std::to_string(args.p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
   }
-  if (args.p.k_new != nullptr) {
+  args.after_append = args.p.k_new != nullptr;
+  if (args.after_append) {
     append_kernel<T><<<dim3(args.p.seqlen_new, f.batch), kThreads, 0, stream>>>(args);
     check_cuda(cudaGetLastError(), "decode append kernel launch");
   }

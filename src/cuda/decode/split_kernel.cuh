@@ -67,14 +67,23 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int Sq = f.seqlen_q, D = f.head_dim;
   const int rows_here = min(kRows, args.rows - row0);
+  // After an append (args.after_append; TMA loop), the kernel ahead of this one is our append
+  // kernel, which lets this one launch at its start (append_kernel.cuh).  It writes only the new positions
+  // [seqlen, seqlen + seqlen_new), and started after everything before it had finished, so all
+  // else this kernel reads (q, the index arrays, the rotary tables, the old positions) and writes
+  // (out, lse, the partials the previous call's combine read) is settled: only a request of a
+  // block that holds a new position waits for it (tma_request_block), and the kernel's last step
+  // waits too, so this grid never ends before the append has.  Q's setup, the bounds and the
+  // first requests then run under the append instead of after it.
+  [[maybe_unused]] const bool after_append = kTma && args.after_append;  // read only on sm90
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Lets the combine kernel launch once every CTA of this grid has started (it then waits for
   // this grid to finish before reading anything; decode_launch.cuh).
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  // Launched programmatically: nothing in global memory (the index arrays, q, the cache, the
-  // partials the previous call's combine may still read) is touched before the kernel ahead of
-  // this one in the stream has finished.  A no-op after an ordinary launch.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  // Otherwise, launched programmatically: nothing in global memory (the index arrays, q, the
+  // cache, the partials the previous call's combine may still read) is touched before the kernel
+  // ahead of this one in the stream has finished.  A no-op after an ordinary launch.
+  if (!after_append) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   // Local row r is query head kv_head * group + (row0 + r) / Sq, query row (row0 + r) % Sq.
   // (A FastDivisor: a runtime division is ~25 dependent instructions, and these sit on the way to
@@ -308,6 +317,9 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
       args.lse_partial[split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i] = lse;
     }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (after_append) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 }  // namespace tileattn::cuda::decode

@@ -1,0 +1,24 @@
+"""bench/gpu/decode.py's layout names: the split-count and append suffixes, and the refusals."""
+import pytest
+
+from gpu_scripts import load_gpu_script
+
+
+def test_layout_suffixes_give_splits_and_append():
+    m = load_gpu_script("decode")
+    assert m.parse_layout("contiguous") == ("contiguous", 0, False)
+    assert m.parse_layout("contiguous:s2") == ("contiguous", 2, False)
+    assert m.parse_layout("page16:a") == ("page16", 0, True)
+    assert m.parse_layout("page256:s3:a") == ("page256", 3, True)
+    assert m.parse_layout("page256:a:s12") == ("page256", 12, True)
+
+
+@pytest.mark.parametrize("layout", ["contiguous:x", "contiguous:s", "page16:sa"])
+def test_unknown_suffix_is_refused(layout):
+    with pytest.raises(ValueError, match="unknown suffix"):
+        load_gpu_script("decode").parse_layout(layout)
+
+
+def test_sdpa_layouts_refuse_append():
+    with pytest.raises(ValueError, match="only tileattn"):
+        load_gpu_script("decode").calls("cudnn:a", None, [(None, None)], None)
