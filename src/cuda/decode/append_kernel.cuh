@@ -1,7 +1,6 @@
 // The append kernel: k_new/v_new written into the cache at cache_seqlens[b] + i (through the block
 // table when paged), k rotated first; and the rotary rule, which the split kernel applies to q.
-// Launched in stream order (it starts once everything before it has finished), it lets the split
-// kernel launch at its start.
+// It waits for the kernel ahead of it before reading anything, then lets the split kernel launch.
 #pragma once
 
 #include "cuda/decode/decode_args.h"
@@ -75,9 +74,13 @@ __global__ void __launch_bounds__(kThreads) append_kernel(const DecodeArgs args)
   const tileattn_kvcache_params& p = args.p;
   const tileattn_fwd_params& f = p.fwd;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Lets the split kernel launch now: it reads the new positions only after its
-  // griddepcontrol.wait, and everything else it reads was written before this kernel started
-  // (split_kernel.cuh, "after an append").
+  // Launched programmatically (decode_launch.cuh), so its launch overlaps the tail of the kernel
+  // ahead of it, which may have written anything it reads (cache_seqlens, k_new): it waits for that
+  // kernel to finish first.  Then it lets the split kernel launch: every CTA triggers after its
+  // wait, so the split kernel starts only once everything ahead of this kernel has finished, and it
+  // reads the new positions only after its own griddepcontrol.wait (split_kernel.cuh, "after an
+  // append").
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
   const int i = blockIdx.x, b = blockIdx.y;

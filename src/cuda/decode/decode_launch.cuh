@@ -147,8 +147,8 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
   }
   args.after_append = args.p.k_new != nullptr;
   if (args.after_append) {
-    append_kernel<T><<<dim3(args.p.seqlen_new, f.batch), kThreads, 0, stream>>>(args);
-    check_cuda(cudaGetLastError(), "decode append kernel launch");
+    launch_programmatic(append_kernel<T>, dim3(args.p.seqlen_new, f.batch), 0, stream, args,
+                        "decode append kernel launch");
   }
   const dim3 grid(static_cast<unsigned>(split_ctas(args)), args.num_splits);
   if (args.num_splits == 1) {
