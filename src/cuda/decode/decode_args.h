@@ -28,7 +28,6 @@ struct DecodeArgs {
   bool vector_q, vector_k, vector_v;  // 16-byte loads are aligned for q and the caches
   float* o_partial;           // (num_splits, B, H, Sq, D) float32 when num_splits > 1
   float* lse_partial;         // (num_splits, B, H, Sq), natural log, -inf for an empty split
-  bool after_append;          // the append kernel runs right ahead of the split kernel (launch_decode)
 };
 
 // Sequence b attends to cache positions [first, end) of cache row `row` (an entry of the

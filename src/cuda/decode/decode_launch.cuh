@@ -145,8 +145,7 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
                 "the call needs " + std::to_string(layout.bytes) + " bytes of workspace, got " +
                     std::to_string(args.p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
   }
-  args.after_append = args.p.k_new != nullptr;
-  if (args.after_append) {
+  if (args.p.k_new != nullptr) {
     launch_programmatic(append_kernel<T>, dim3(args.p.seqlen_new, f.batch), 0, stream, args,
                         "decode append kernel launch");
   }

@@ -137,7 +137,7 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A block holding a position the append kernel writes is requested once that kernel has
   // finished (split_kernel.cuh, "after an append"); returns at once when it has.
-  if (args.after_append && pos0 + Ring::kKeys > seq.seqlen) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (args.p.k_new != nullptr && pos0 + Ring::kKeys > seq.seqlen) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
   uint64_t* bar = &ring->full[warp][stage];
   uint32_t bytes = 0;
