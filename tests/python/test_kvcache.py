@@ -53,6 +53,11 @@ CASES = {
                                         causal=True, splits=3, leftpad=True),
     "d128_paged16_splits1": dict(dim=128, page_size=16, splits=1, rotary_dim=128),
     "d256_window_right": dict(dim=256, window=(50, 3), seqlen_new=4, seqlen_q=4, splits=3),
+    # One new token on the CUDA TMA loop (head dims 64, 128, 256) is appended by the split kernel
+    # itself; these two add d256, non-interleaved rotary and two query rows over it.
+    "d256_one_token_rotary_splits3": dict(dim=256, rotary_dim=64, interleaved=False, causal=True, splits=3),
+    "one_token_two_rows_window_paged16": dict(seqlen_q=2, causal=True, window=(30, 0), page_size=16,
+                                              rotary_dim=64),
     "d72_batch_idx_leftpad": dict(dim=72, batch_idx=True, leftpad=True, rotary_dim=24,
                                   interleaved=False, causal=True),
     "d20_unaligned_mqa": dict(dim=20, heads=3, heads_k=1, page_size=64, rotary_dim=20, alibi=True),

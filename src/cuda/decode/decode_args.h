@@ -63,7 +63,7 @@ TILEATTN_HOST_DEVICE SequenceKeys sequence_keys(const tileattn_kvcache_params& p
 // by no row of the CTA and never loaded.
 struct BlockWalk {
   int base, begin, end, vis_lo, vis_hi, common_lo, common_hi;  // common: keys every row sees
-  int kv_head;
+  int kv_head, sequence;  // sequence: b, whose k_new/v_new row the one-token path reads
 };
 
 // Element offset of cache position `pos` (head 0) of a sequence, or -1 when its page index is out

@@ -30,10 +30,10 @@ constexpr int split_dynamic_smem() {
 
 // Resident CTAs of the split kernel over all SMs, which the split heuristic fills (counted on the
 // first device that runs it), after the kernel's shared-memory opt-in on the current device.
-template <typename T, int kD, int kHalves, bool kTma, bool kPages>
+template <typename T, int kD, int kHalves, bool kTma, bool kPages, bool kNewToken>
 int prepare_split_kernel() {
   constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
-  const auto kernel = split_kernel<T, kD, kHalves, kTma, kPages>;
+  const auto kernel = split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>;
   static SmemOptIn opt_in;
   if (dynamic_smem > 0) opt_in_smem(opt_in, kernel, dynamic_smem, "cudaFuncSetAttribute(decode split kernel)");
   static const int resident = [kernel] {
@@ -88,12 +88,13 @@ inline int64_t split_ctas(const DecodeArgs& args) {
   return static_cast<int64_t>(args.p.fwd.batch) * args.row_blocks * args.p.fwd.num_heads_k;
 }
 
-// The split count the kernel <T, kD, kHalves, kTma, kPages> runs with: the caller's, or the
-// heuristic's.
-template <typename T, int kD, int kHalves, bool kTma, bool kPages = false>
+// The split count the kernel <T, kD, kHalves, kTma, kPages, kNewToken> runs with: the caller's, or
+// the heuristic's.
+template <typename T, int kD, int kHalves, bool kTma, bool kPages = false, bool kNewToken = false>
 int split_count(const DecodeArgs& args) {
   constexpr int step = kTma ? TmaRing<T, kD>::kKeys : kChunk;  // keys a warp takes at a time
-  return choose_num_splits(args.num_splits, split_ctas(args), prepare_split_kernel<T, kD, kHalves, kTma, kPages>(),
+  return choose_num_splits(args.num_splits, split_ctas(args),
+                           prepare_split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>(),
                            args.p.fwd.seqlen_k, step);
 }
 
@@ -130,22 +131,23 @@ decltype(auto) with_bucket(const DecodeArgs& args, Fn&& fn) {
   return half_rows ? fn(Bucket<256, 1>{}) : fn(Bucket<256, 2>{});
 }
 
-// append -> split -> combine with the kernel <T, kD, kHalves, kTma, kPages>.  The split count is
-// chosen once, and the caller's workspace is checked against that count before anything is
-// launched, so a refused call changes nothing (the append writes into the cache).
-template <typename T, int kD, int kHalves, bool kTma, bool kPages>
+// append -> split -> combine with the kernel <T, kD, kHalves, kTma, kPages, kNewToken>.  The split
+// count is chosen once, and the caller's workspace is checked against that count before anything
+// is launched, so a refused call changes nothing (the append writes into the cache).  With
+// kNewToken the split kernel appends the call's one new token itself: no append kernel.
+template <typename T, int kD, int kHalves, bool kTma, bool kPages, bool kNewToken>
 void launch_decode(DecodeArgs args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
   constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
-  const auto split = split_kernel<T, kD, kHalves, kTma, kPages>;
-  args.num_splits = split_count<T, kD, kHalves, kTma, kPages>(args);
+  const auto split = split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>;
+  args.num_splits = split_count<T, kD, kHalves, kTma, kPages, kNewToken>(args);
   const PartialLayout layout = partial_layout(args.num_splits, f);
   if (args.p.workspace != nullptr && args.p.workspace_bytes < layout.bytes) {
     throw Error(ErrorCode::kInvalidArgument, "workspace",
                 "the call needs " + std::to_string(layout.bytes) + " bytes of workspace, got " +
                     std::to_string(args.p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
   }
-  if (args.p.k_new != nullptr) {
+  if (args.p.k_new != nullptr && !kNewToken) {
     launch_programmatic(append_kernel<T>, dim3(args.p.seqlen_new, f.batch), 0, stream, args,
                         "decode append kernel launch");
   }
@@ -174,27 +176,34 @@ int64_t workspace_bytes(const DecodeArgs& args) {
     int splits = split_count<T, B::kD, B::kHalves, false>(args);
     if (args.tma && args.p.fwd.head_dim == B::kD) {
       splits = std::max({splits, split_count<T, B::kD, B::kHalves, true, false>(args),
-                         split_count<T, B::kD, B::kHalves, true, true>(args)});
+                         split_count<T, B::kD, B::kHalves, true, true>(args),
+                         split_count<T, B::kD, B::kHalves, true, false, true>(args),
+                         split_count<T, B::kD, B::kHalves, true, true, true>(args)});
     }
     return partial_layout(splits, args.p.fwd).bytes;
   });
 }
 
 // The TMA kernel when the caller set it up (cuda_decode.cu) for exactly this head dim (the tensor
-// map's box is kD wide), with the page window when each block lies in one page; else the
-// register kernel.
+// map's box is kD wide), with the page window when each block lies in one page and appending the
+// call's new token itself when there is exactly one (one token a sequence a step: a serving
+// step; 1 x 2k +15%, perf log, session 30); else the register kernel, after the append kernel.
 template <typename T>
 void run_decode(DecodeArgs args, cudaStream_t stream) {
   with_bucket(args, [&](auto bucket) {
     using B = decltype(bucket);
     if (args.tma && args.p.fwd.head_dim == B::kD) {
-      if (args.p.block_table != nullptr && args.tma_box_keys == TmaRing<T, B::kD>::kKeys) {
-        launch_decode<T, B::kD, B::kHalves, true, true>(args, stream);
+      const bool pages = args.p.block_table != nullptr && args.tma_box_keys == TmaRing<T, B::kD>::kKeys;
+      const bool new_token = args.p.k_new != nullptr && args.p.seqlen_new == 1;
+      if (pages) {
+        new_token ? launch_decode<T, B::kD, B::kHalves, true, true, true>(args, stream)
+                  : launch_decode<T, B::kD, B::kHalves, true, true, false>(args, stream);
       } else {
-        launch_decode<T, B::kD, B::kHalves, true, false>(args, stream);
+        new_token ? launch_decode<T, B::kD, B::kHalves, true, false, true>(args, stream)
+                  : launch_decode<T, B::kD, B::kHalves, true, false, false>(args, stream);
       }
     } else {
-      launch_decode<T, B::kD, B::kHalves, false, false>(args, stream);
+      launch_decode<T, B::kD, B::kHalves, false, false, false>(args, stream);
     }
   });
 }

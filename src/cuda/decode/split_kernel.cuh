@@ -44,7 +44,7 @@ struct SplitSmem {
 // TmaRing::kCtasPerSm CTAs an SM); without it they go from global memory straight into registers,
 // one 16-key chunk per warp at a time (3 CTAs an SM at d <= 128).  kPages (with kTma): a paged
 // cache whose pages hold whole blocks, whose pages are read ahead (PageWindow, tma_block_loop.cuh).
-template <typename T, int kD, int kHalves, bool kTma, bool kPages = false>
+template <typename T, int kD, int kHalves, bool kTma, bool kPages = false, bool kNewToken = false>
 __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : kD <= 128 ? 3 : 1)
     split_kernel(const __grid_constant__ DecodeArgs args) {
   static_assert(kD % 64 == 0, "V vectors cover 64 dims per 8 lanes");
@@ -67,16 +67,16 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int Sq = f.seqlen_q, D = f.head_dim;
   const int rows_here = min(kRows, args.rows - row0);
-  // After an append (k_new given: launch_decode then launches the append kernel; TMA loop), the
-  // kernel ahead of this one is our append kernel, which lets this one launch once each of its
-  // CTAs has waited for everything ahead of it to finish (append_kernel.cuh).  It writes only the
-  // new positions [seqlen, seqlen + seqlen_new), so all else this kernel reads (q, the index
-  // arrays, the rotary tables, the old positions) and writes (out, lse, the partials the previous
-  // call's combine read) is settled: only a request of a block that holds a new position waits
-  // for it (tma_request_block), and the kernel's last step waits too, so this grid never ends
-  // before the append has.  Q's setup, the bounds and the first requests then run under the
-  // append instead of after it.
-  [[maybe_unused]] const bool after_append = kTma && args.p.k_new != nullptr;  // read only on sm90
+  // After the append kernel (TMA loop), the kernel ahead of this one is our append
+  // kernel, which lets this one launch once each of its CTAs has waited for everything ahead of it
+  // to finish (append_kernel.cuh).  It writes only the new positions [seqlen, seqlen + seqlen_new),
+  // so all else this kernel reads (q, the index arrays, the rotary tables, the old positions) and
+  // writes (out, lse, the partials the previous call's combine read) is settled: only a request of
+  // a block that holds a new position waits for it (tma_request_block), and the kernel's last step
+  // waits too, so this grid never ends before the append has.  Q's setup, the bounds and the first
+  // requests then run under the append instead of after it.  With one new token the TMA kernel
+  // appends it itself (kNewToken, below) and waits at its start as without an append.
+  [[maybe_unused]] const bool after_append = kTma && !kNewToken && p.k_new != nullptr;  // read only on sm90
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Lets the combine kernel launch once every CTA of this grid has started (it then waits for
   // this grid to finish before reading anything; decode_launch.cuh).
@@ -149,10 +149,12 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   const int num_chunks = vis_lo <= vis_hi ? (vis_hi - chunk0) / kStep + 1 : 0;
   const int per_split = (num_chunks + args.num_splits - 1) / args.num_splits;
   const int chunk_begin = split * per_split, chunk_end = min(num_chunks, chunk_begin + per_split);
-  const BlockWalk walk{chunk0, chunk_begin, chunk_end, vis_lo, vis_hi, common_lo, common_hi, kv_head};
+  const BlockWalk walk{chunk0, chunk_begin, chunk_end, vis_lo, vis_hi, common_lo, common_hi, kv_head, b};
   // With TMA, each warp's lane 0 sets up its ring and requests its first blocks now, so their
   // latency runs under the Q setup below (Q's loads are already on their way).
   PageWindow pages{};
+  WarpBlocks blocks{};
+  T* const new_row_staging = reinterpret_cast<T*>(&sm.o[1][0][0]);  // o[1] is unused before the merge
   if constexpr (kTma) {
     pages = open_page_window<Ring::kKeys, kPages>(args, seq, walk, warp, lane);
     int first_pages[Ring::kStages];
@@ -162,10 +164,22 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
       for (int i = 0; i < Ring::kStages; ++i) mbarrier_init(&ring->full[warp][i], 1);
       fence_barrier_init();
       for (int i = 0; i < Ring::kStages; ++i) {
-        tma_request_block<T, kD>(args, seq, walk, ring, warp, i, pages, first_pages[i]);
+        tma_request_block<T, kD, kNewToken>(args, seq, walk, ring, warp, i, pages, first_pages[i]);
       }
     }
     __syncwarp();
+    // One new token (kNewToken: no append kernel runs ahead of this one): the first row block's
+    // first split of each KV head writes it into the cache, its loads under Q's.  No CTA of this
+    // grid reads it from the cache: the warp whose last block holds it stages its row now and puts
+    // it into that block's stage (tma_block_loop.cuh).  The kernels after this grid see the cache
+    // written.
+    if constexpr (kNewToken) {
+      blocks = warp_blocks<Ring::kKeys>(args, seq, walk, warp);
+      if (seq.ok && row0 == 0 && split == 0) {
+        append_token<T, 1>(p, seq, b, 0, kv_head, kv_head + 1, threadIdx.x, kThreads);
+      }
+      if (blocks.last_new) stage_new_row<T, kD>(args, seq, walk, new_row_staging, lane);
+    }
   }
 
 #pragma unroll
@@ -204,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
                          pack2<T>(qf[g][d + 8], qf[g][d + 9]),
                          kHalves == 2 ? pack2<T>(qf[g + 8][d + 8], qf[g + 8][d + 9]) : 0u);
     }
-    tma_block_loop<T, kD, kHalves>(args, seq, walk, ring, pages, rules, qa, o, m, l);
+    tma_block_loop<T, kD, kHalves, kNewToken>(args, seq, walk, ring, pages, rules, qa, o, m, l, blocks, new_row_staging);
   } else {
     for (int e = threadIdx.x; e < kD / 16 * 32; e += kThreads) {
       const int c = e / 32, fl = e % 32, fg = fl / 4, d = 32 * (c / 2) + 8 * (fl % 4) + 4 * (c % 2);

@@ -15,6 +15,7 @@
 
 #include <math_constants.h>
 
+#include "cuda/decode/append_kernel.cuh"
 #include "cuda/decode/decode_args.h"
 #include "cuda/decode/elements.cuh"
 #include "cuda/decode/softmax_step.cuh"
@@ -125,7 +126,7 @@ __device__ __forceinline__ int64_t box_unit(const tileattn_kvcache_params& p, co
 // all lanes computed).  Boxes of args.tma_box_keys keys wholly outside [vis_lo, vis_hi] or on a page
 // that does not exist are skipped (the consumer fills their rows); the barrier expects the bytes of
 // the boxes requested.
-template <typename T, int kD>
+template <typename T, int kD, bool kNewToken>
 __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
                                                   TmaRing<T, kD>* ring, int warp, int i, const PageWindow& pw,
                                                   int page) {
@@ -137,7 +138,9 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A block holding a position the append kernel writes is requested once that kernel has
   // finished (split_kernel.cuh, "after an append"); returns at once when it has.
-  if (args.p.k_new != nullptr && pos0 + Ring::kKeys > seq.seqlen) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (!kNewToken && p.k_new != nullptr && pos0 + Ring::kKeys > seq.seqlen) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
 #endif
   uint64_t* bar = &ring->full[warp][stage];
   uint32_t bytes = 0;
@@ -208,92 +211,187 @@ __device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const
   __syncwarp();
 }
 
-// The warp's blocks: S = Q K^T, the online softmax, O += P V (FA2 eq. 5, softmax_step.cuh).
-// qa: Q's A fragments for the kD / 16 k-steps, dims in natural order.  o[n][e] is O for row
-// g + 8 (e / 2), dim 8n + 2t + (e & 1).
-template <typename T, int kD, int kHalves>
-__device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
+// One new token taken by the split kernel (kNewToken, split_kernel.cuh).  The warp whose last block holds
+// it (below) stages its row before the loop, K rotated as append_token rotates it and V as given,
+// kD values each (T) at `staging`, and copies that into the block's stage once the TMA has filled
+// it: the cache's slot, which the writer CTA (split_kernel.cuh) may not have written yet, brought
+// whatever it held.  Staged in the prologue, the loads of k_new/v_new and the rotary tables run
+// under the first requests and hold no registers in the loop.  `rotated` rounds each product and
+// the difference on its own (no FMA contraction, which could differ between its two call sites),
+// so the attention sees the bits the cache gets.
+struct WarpBlocks {
+  int count;      // blocks begin + warp + i kWarps below end
+  bool last_new;  // the last of them holds the one new token the split kernel takes itself
+};
+
+template <int kKeys>
+__device__ __forceinline__ WarpBlocks warp_blocks(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
+                                                  int warp) {
+  const int count = w.end > w.begin + warp ? (w.end - w.begin - warp + kWarps - 1) / kWarps : 0;
+  const int last_pos0 = w.base + (w.begin + warp + (count - 1) * kWarps) * kKeys;
+  // The new position seqlen is the last key any row sees, so the block that holds it is the last of
+  // the walk, and the last of its warp's.
+  return {count, count > 0 && last_pos0 + kKeys > seq.seqlen};
+}
+
+template <typename T, int kD>
+__device__ __forceinline__ void stage_new_row(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
+                                              T* staging, int lane) {
+  const tileattn_kvcache_params& p = args.p;
+  const int64_t pos = seq.seqlen;
+  const T* k_row = new_row<T>(p.k_new, p.k_new_batch_stride, 0, p.k_new_head_stride, w.sequence, 0, w.kv_head);
+  const T* v_row = new_row<T>(p.v_new, p.v_new_batch_stride, 0, p.v_new_head_stride, w.sequence, 0, w.kv_head);
+  constexpr int kPerLane = kD / 32;
+  RotaryInputs<T> k[kPerLane];
+  T v[kPerLane];
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    const int d = lane + 32 * u;
+    k[u] = load_rotary_inputs(p, k_row, d, pos);
+    v[u] = v_row[d];
+  }
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    const int d = lane + 32 * u;
+    staging[d] = from_float<T>(rotated(k[u]));
+    staging[kD + d] = v[u];
+  }
+  __syncwarp();
+}
+
+template <typename T, int kD>
+__device__ __forceinline__ void copy_new_row(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
+                                             const T* staging, unsigned char* k_tile, unsigned char* v_tile, int pos0,
+                                             int lane) {
+  using Ring = TmaRing<T, kD>;
+  constexpr int kCols = kD / 8;  // 16-byte columns of a row; kD == head_dim on the TMA path
+  const int pos = seq.seqlen, key = pos - pos0;
+  // Visible only (fill_unloaded_rows zeroed V outside [vis_lo, vis_hi], as 0 x NaN would be NaN);
+  // on a page that does not exist the row keeps fill_unloaded_rows' NaN, as append_token skips it.
+  bool ok = pos >= w.vis_lo && pos <= w.vis_hi;
+  if (ok) position_unit(args.p, seq, pos0 + key / args.tma_box_keys * args.tma_box_keys, ok);
+  if (ok && lane < kCols) {
+    const uint32_t offset = tile_offset<Ring::kKeys>(key, lane);
+    *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(staging)[lane];
+    *reinterpret_cast<uint4*>(v_tile + offset) = reinterpret_cast<const uint4*>(staging + kD)[lane];
+  }
+  __syncwarp();
+}
+
+// The warp's i-th block: S = Q K^T, the online softmax, O += P V (FA2 eq. 5, softmax_step.cuh),
+// then the request of its (i + kStages)-th.  kNewRow: the block holds the new token the split
+// kernel takes itself, staged at `staging` (copy_new_row).  qa: Q's A fragments for the kD / 16 k-steps, dims in
+// natural order.  o[n][e] is O for row g + 8 (e / 2), dim 8n + 2t + (e & 1).
+template <typename T, int kD, int kHalves, bool kNewToken, bool kNewRow>
+__device__ __forceinline__ void tma_block_step(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
                                                TmaRing<T, kD>* ring, PageWindow& pw, const ScoreRules& rules,
                                                const uint4 (&qa)[kD / 16], float (&o)[kD / 8][2 * kHalves],
-                                               float (&m)[2], float (&l)[2]) {
+                                               float (&m)[2], float (&l)[2], int i, const T* staging) {
   using Ring = TmaRing<T, kD>;
   constexpr int kKeys = Ring::kKeys, kC = 2 * kHalves;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const int quad = lane / 8, row8 = lane % 8;  // this lane's ldmatrix row: matrix `quad`, row `row8`
-  for (int i = 0;; ++i) {
-    const int block = w.begin + warp + i * kWarps;
-    if (block >= w.end) break;
-    const int stage = i % Ring::kStages, pos0 = w.base + block * kKeys;
-    advance_page_window<kKeys>(pw, args, seq, w, warp, lane, i);
-    const int page = pw.on ? window_page(pw, i) : 0;
-    const int ahead_page = pw.on ? window_page(pw, i + Ring::kStages) : 0;
-    mbarrier_wait(&ring->full[warp][stage], (i / Ring::kStages) & 1);
-    const bool inside = pos0 >= w.vis_lo && pos0 + kKeys - 1 <= w.vis_hi;
-    if (!inside || args.p.block_table != nullptr) {
-      bool all_pages = true;
-      for (int j = 0; j < kKeys && args.p.block_table; j += args.tma_box_keys) {
-        bool ok = true;
-        if (box_visible(w, pos0 + j, args.tma_box_keys)) box_unit(args.p, seq, pos0 + j, pw, page, ok);
-        all_pages = all_pages && ok;
-      }
-      if (!inside || !all_pages) {
-        fill_unloaded_rows<T, kD>(args, seq, w, ring->k[warp][stage], ring->v[warp][stage], pos0, lane);
-      }
+  const int block = w.begin + warp + i * kWarps;
+  const int stage = i % Ring::kStages, pos0 = w.base + block * kKeys;
+  advance_page_window<kKeys>(pw, args, seq, w, warp, lane, i);
+  const int page = pw.on ? window_page(pw, i) : 0;
+  const int ahead_page = pw.on ? window_page(pw, i + Ring::kStages) : 0;
+  mbarrier_wait(&ring->full[warp][stage], (i / Ring::kStages) & 1);
+  const bool inside = pos0 >= w.vis_lo && pos0 + kKeys - 1 <= w.vis_hi;
+  if (!inside || args.p.block_table != nullptr) {
+    bool all_pages = true;
+    for (int j = 0; j < kKeys && args.p.block_table; j += args.tma_box_keys) {
+      bool ok = true;
+      if (box_visible(w, pos0 + j, args.tma_box_keys)) box_unit(args.p, seq, pos0 + j, pw, page, ok);
+      all_pages = all_pages && ok;
     }
-    const uint32_t k_tile = smem_address(ring->k[warp][stage]);
-    const uint32_t v_tile = smem_address(ring->v[warp][stage]);
+    if (!inside || !all_pages) {
+      fill_unloaded_rows<T, kD>(args, seq, w, ring->k[warp][stage], ring->v[warp][stage], pos0, lane);
+    }
+  }
+  if constexpr (kNewRow) {
+    copy_new_row<T, kD>(args, seq, w, staging, ring->k[warp][stage], ring->v[warp][stage], pos0, lane);
+  }
+  const uint32_t k_tile = smem_address(ring->k[warp][stage]);
+  const uint32_t v_tile = smem_address(ring->v[warp][stage]);
 
-    // S = Q K^T.  One ldmatrix.x4 per 16 keys and k16 step: matrices (keys +0..7, dims +0..7),
-    // (+0..7, +8..15), (+8..15, +0..7), (+8..15, +8..15) are b0, b1 of key tile 2np and of 2np + 1.
-    float s[kKeys / 8][kC] = {};
+  // S = Q K^T.  One ldmatrix.x4 per 16 keys and k16 step: matrices (keys +0..7, dims +0..7),
+  // (+0..7, +8..15), (+8..15, +0..7), (+8..15, +8..15) are b0, b1 of key tile 2np and of 2np + 1.
+  float s[kKeys / 8][kC] = {};
 #pragma unroll
-    for (int c = 0; c < kD / 16; ++c) {
+  for (int c = 0; c < kD / 16; ++c) {
 #pragma unroll
-      for (int np = 0; np < kKeys / 16; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_tile + tile_offset<kKeys>(16 * np + 8 * (quad / 2) + row8, 2 * c + quad % 2));
-        mma_16816<T>(s[2 * np], qa[c], b[0], b[1]);
-        mma_16816<T>(s[2 * np + 1], qa[c], b[2], b[3]);
-      }
+    for (int np = 0; np < kKeys / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_tile + tile_offset<kKeys>(16 * np + 8 * (quad / 2) + row8, 2 * c + quad % 2));
+      mma_16816<T>(s[2 * np], qa[c], b[0], b[1]);
+      mma_16816<T>(s[2 * np + 1], qa[c], b[2], b[3]);
     }
+  }
 
-    const bool plain = !rules.softcap && !rules.alibi && pos0 >= w.common_lo && pos0 + kKeys - 1 <= w.common_hi;
-    float alpha[2];
-    const float m_old[2] = {m[0], m[1]};
-    softmax_step(s, pos0, t, rules, plain, m, l, alpha);
-    // Rescale O only when some row of the warp has a new max (rare once a row has seen a few
-    // blocks: 16 FMULs a thread a key tile skipped).
-    bool moved = false;
+  const bool plain = !rules.softcap && !rules.alibi && pos0 >= w.common_lo && pos0 + kKeys - 1 <= w.common_hi;
+  float alpha[2];
+  const float m_old[2] = {m[0], m[1]};
+  softmax_step(s, pos0, t, rules, plain, m, l, alpha);
+  // Rescale O only when some row of the warp has a new max (rare once a row has seen a few
+  // blocks: 16 FMULs a thread a key tile skipped).
+  bool moved = false;
 #pragma unroll
-    for (int k = 0; k < kHalves; ++k) moved = moved || m[k] != m_old[k];
-    if (__any_sync(0xffffffffu, moved)) {
+  for (int k = 0; k < kHalves; ++k) moved = moved || m[k] != m_old[k];
+  if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
+    for (int n = 0; n < kD / 8; ++n) {
 #pragma unroll
-        for (int e = 0; e < kC; ++e) o[n][e] *= alpha[e / 2];
-      }
+      for (int e = 0; e < kC; ++e) o[n][e] *= alpha[e / 2];
     }
+  }
 
-    // O += P V, 16 keys a step: P's C fragments of key tiles 2j, 2j + 1 are the A fragment as they
-    // stand; ldmatrix.trans matrices (keys +0..7, dims +0..7), (+8..15, +0..7), (+0..7, +8..15),
-    // (+8..15, +8..15) are b0, b1 of dim tile 2p and of 2p + 1.
+  // O += P V, 16 keys a step: P's C fragments of key tiles 2j, 2j + 1 are the A fragment as they
+  // stand; ldmatrix.trans matrices (keys +0..7, dims +0..7), (+8..15, +0..7), (+0..7, +8..15),
+  // (+8..15, +8..15) are b0, b1 of dim tile 2p and of 2p + 1.
 #pragma unroll
-    for (int j = 0; j < kKeys / 16; ++j) {
-      const auto& s0 = s[2 * j];
-      const auto& s1 = s[2 * j + 1];
-      const uint4 pa = kHalves == 2 ? make_uint4(pack2<T>(s0[0], s0[1]), pack2<T>(s0[kC - 2], s0[kC - 1]),
-                                                 pack2<T>(s1[0], s1[1]), pack2<T>(s1[kC - 2], s1[kC - 1]))
-                                    : make_uint4(pack2<T>(s0[0], s0[1]), 0u, pack2<T>(s1[0], s1[1]), 0u);
+  for (int j = 0; j < kKeys / 16; ++j) {
+    const auto& s0 = s[2 * j];
+    const auto& s1 = s[2 * j + 1];
+    const uint4 pa = kHalves == 2 ? make_uint4(pack2<T>(s0[0], s0[1]), pack2<T>(s0[kC - 2], s0[kC - 1]),
+                                               pack2<T>(s1[0], s1[1]), pack2<T>(s1[kC - 2], s1[kC - 1]))
+                                  : make_uint4(pack2<T>(s0[0], s0[1]), 0u, pack2<T>(s1[0], s1[1]), 0u);
 #pragma unroll
-      for (int pd = 0; pd < kD / 16; ++pd) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, v_tile + tile_offset<kKeys>(16 * j + 8 * (quad % 2) + row8, 2 * pd + quad / 2));
-        mma_16816<T>(o[2 * pd], pa, b[0], b[1]);
-        mma_16816<T>(o[2 * pd + 1], pa, b[2], b[3]);
-      }
+    for (int pd = 0; pd < kD / 16; ++pd) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, v_tile + tile_offset<kKeys>(16 * j + 8 * (quad % 2) + row8, 2 * pd + quad / 2));
+      mma_16816<T>(o[2 * pd], pa, b[0], b[1]);
+      mma_16816<T>(o[2 * pd + 1], pa, b[2], b[3]);
     }
-    __syncwarp();  // every lane's ldmatrix of this stage has returned (their values fed the mmas)
-    if (lane == 0) tma_request_block<T, kD>(args, seq, w, ring, warp, i + Ring::kStages, pw, ahead_page);
+  }
+  __syncwarp();  // every lane's ldmatrix of this stage has returned (their values fed the mmas)
+  if (lane == 0) tma_request_block<T, kD, kNewToken>(args, seq, w, ring, warp, i + Ring::kStages, pw, ahead_page);
+}
+
+// The warp's blocks.  With one new token taken by the split kernel (kNewToken), the one that holds
+// it (WarpBlocks::last_new) has its step peeled off the loop: inside it, as a branch, the new row's
+// code raised the loop's registers from 182 to 212 at d128 and cost calls without an append 1.5-6%
+// (perf log, session 30), and kernels without kNewToken keep their loop as it was.
+template <typename T, int kD, int kHalves, bool kNewToken>
+__device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
+                                               TmaRing<T, kD>* ring, PageWindow& pw, const ScoreRules& rules,
+                                               const uint4 (&qa)[kD / 16], float (&o)[kD / 8][2 * kHalves],
+                                               float (&m)[2], float (&l)[2], const WarpBlocks& blocks,
+                                               const T* staging) {
+  if constexpr (!kNewToken) {
+    const int warp = threadIdx.x / 32;
+    for (int i = 0; w.begin + warp + i * kWarps < w.end; ++i) {
+      tma_block_step<T, kD, kHalves, false, false>(args, seq, w, ring, pw, rules, qa, o, m, l, i, staging);
+    }
+  } else {
+    const int plain = blocks.count - (blocks.last_new ? 1 : 0);
+#pragma unroll 1
+    for (int i = 0; i < plain; ++i) {
+      tma_block_step<T, kD, kHalves, true, false>(args, seq, w, ring, pw, rules, qa, o, m, l, i, staging);
+    }
+    if (blocks.last_new) {
+      tma_block_step<T, kD, kHalves, true, true>(args, seq, w, ring, pw, rules, qa, o, m, l, plain, staging);
+    }
   }
 }
 
