@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
     // it into that block's stage (tma_block_loop.cuh).  The kernels after this grid see the cache
     // written.
     if constexpr (kNewToken) {
-      blocks = warp_blocks<Ring::kKeys>(args, seq, walk, warp);
+      blocks = warp_blocks<Ring::kKeys>(seq, walk, warp);
       if (seq.ok && row0 == 0 && split == 0) {
         append_token<T, 1>(p, seq, b, 0, kv_head, kv_head + 1, threadIdx.x, kThreads);
       }
@@ -218,7 +218,8 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
                          pack2<T>(qf[g][d + 8], qf[g][d + 9]),
                          kHalves == 2 ? pack2<T>(qf[g + 8][d + 8], qf[g + 8][d + 9]) : 0u);
     }
-    tma_block_loop<T, kD, kHalves, kNewToken>(args, seq, walk, ring, pages, rules, qa, o, m, l, blocks, new_row_staging);
+    tma_block_loop<T, kD, kHalves, kNewToken>(args, seq, walk, ring, pages, rules, qa, o, m, l, blocks,
+                                              new_row_staging);
   } else {
     for (int e = threadIdx.x; e < kD / 16 * 32; e += kThreads) {
       const int c = e / 32, fl = e % 32, fg = fl / 4, d = 32 * (c / 2) + 8 * (fl % 4) + 4 * (c % 2);

@@ -211,22 +211,21 @@ __device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const
   __syncwarp();
 }
 
-// One new token taken by the split kernel (kNewToken, split_kernel.cuh).  The warp whose last block holds
-// it (below) stages its row before the loop, K rotated as append_token rotates it and V as given,
-// kD values each (T) at `staging`, and copies that into the block's stage once the TMA has filled
-// it: the cache's slot, which the writer CTA (split_kernel.cuh) may not have written yet, brought
-// whatever it held.  Staged in the prologue, the loads of k_new/v_new and the rotary tables run
-// under the first requests and hold no registers in the loop.  `rotated` rounds each product and
-// the difference on its own (no FMA contraction, which could differ between its two call sites),
-// so the attention sees the bits the cache gets.
+// One new token taken by the split kernel (kNewToken, split_kernel.cuh).  The warp whose last block
+// holds it (below) stages its row before the loop, K rotated as append_token rotates it and V as
+// given, kD values each (T) at `staging`, and copies that into the block's stage once the TMA has
+// filled it: the cache's slot, which the writer CTA (split_kernel.cuh) may not have written yet,
+// brought whatever it held.  Staged in the prologue, the loads of k_new/v_new and the rotary tables
+// run under the first requests and hold no registers in the loop.  `rotated` rounds each product and
+// the difference on its own (no FMA contraction, which could differ between its two call sites), so
+// the attention sees the bits the cache gets.
 struct WarpBlocks {
   int count;      // blocks begin + warp + i kWarps below end
   bool last_new;  // the last of them holds the one new token the split kernel takes itself
 };
 
 template <int kKeys>
-__device__ __forceinline__ WarpBlocks warp_blocks(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
-                                                  int warp) {
+__device__ __forceinline__ WarpBlocks warp_blocks(const SequenceKeys& seq, const BlockWalk& w, int warp) {
   const int count = w.end > w.begin + warp ? (w.end - w.begin - warp + kWarps - 1) / kWarps : 0;
   const int last_pos0 = w.base + (w.begin + warp + (count - 1) * kWarps) * kKeys;
   // The new position seqlen is the last key any row sees, so the block that holds it is the last of
@@ -279,9 +278,9 @@ __device__ __forceinline__ void copy_new_row(const DecodeArgs& args, const Seque
 }
 
 // The warp's i-th block: S = Q K^T, the online softmax, O += P V (FA2 eq. 5, softmax_step.cuh),
-// then the request of its (i + kStages)-th.  kNewRow: the block holds the new token the split
-// kernel takes itself, staged at `staging` (copy_new_row).  qa: Q's A fragments for the kD / 16 k-steps, dims in
-// natural order.  o[n][e] is O for row g + 8 (e / 2), dim 8n + 2t + (e & 1).
+// then the request of its (i + kStages)-th.  kNewRow: the block holds the new token the split kernel
+// takes itself, staged at `staging` (copy_new_row).  qa: Q's A fragments for the kD / 16 k-steps,
+// dims in natural order.  o[n][e] is O for row g + 8 (e / 2), dim 8n + 2t + (e & 1).
 template <typename T, int kD, int kHalves, bool kNewToken, bool kNewRow>
 __device__ __forceinline__ void tma_block_step(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
                                                TmaRing<T, kD>* ring, PageWindow& pw, const ScoreRules& rules,
