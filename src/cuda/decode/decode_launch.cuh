@@ -187,7 +187,7 @@ int64_t workspace_bytes(const DecodeArgs& args) {
 // The TMA kernel when the caller set it up (cuda_decode.cu) for exactly this head dim (the tensor
 // map's box is kD wide), with the page window when each block lies in one page and appending the
 // call's new token itself when there is exactly one (one token a sequence a step: a serving
-// step; 1 x 2k +15%, perf log, session 30); else the register kernel, after the append kernel.
+// step; 1 x 2k +12%, perf log, session 30); else the register kernel, after the append kernel.
 template <typename T>
 void run_decode(DecodeArgs args, cudaStream_t stream) {
   with_bucket(args, [&](auto bucket) {

@@ -67,9 +67,9 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int Sq = f.seqlen_q, D = f.head_dim;
   const int rows_here = min(kRows, args.rows - row0);
-  // After the append kernel (TMA loop), the kernel ahead of this one is our append
-  // kernel, which lets this one launch once each of its CTAs has waited for everything ahead of it
-  // to finish (append_kernel.cuh).  It writes only the new positions [seqlen, seqlen + seqlen_new),
+  // After the append kernel (TMA loop), the kernel ahead of this one is our append kernel, which
+  // lets this one launch once each of its CTAs has waited for everything ahead of it to finish
+  // (append_kernel.cuh).  It writes only the new positions [seqlen, seqlen + seqlen_new),
   // so all else this kernel reads (q, the index arrays, the rotary tables, the old positions) and
   // writes (out, lse, the partials the previous call's combine read) is settled: only a request of
   // a block that holds a new position waits for it (tma_request_block), and the kernel's last step

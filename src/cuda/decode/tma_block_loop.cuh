@@ -384,7 +384,6 @@ __device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const Seq
     }
   } else {
     const int plain = blocks.count - (blocks.last_new ? 1 : 0);
-#pragma unroll 1
     for (int i = 0; i < plain; ++i) {
       tma_block_step<T, kD, kHalves, true, false>(args, seq, w, ring, pw, rules, qa, o, m, l, i, staging);
     }
