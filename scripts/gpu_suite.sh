@@ -45,6 +45,22 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   TILEATTN_FORWARD_KV_MULTICAST=on timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
     python3 tests/cuda/sanitize_forward.py > "$LOGS/sanitize_forward_kv_multicast.log" 2>&1 || failed sanitize_forward_kv_multicast
   tail -2 "$LOGS/sanitize_forward_kv_multicast.log"
+  # At d64 causal calls of at most 1024 keys run the short-walk kernel (64-key blocks; short_walk.h)
+  # and the rest the bucket's 128-key one: the forward checks, tests and memcheck again with the
+  # short-walk kernel forced on every call it can serve, and with it off.
+  TILEATTN_FORWARD_SHORT_WALK=on timeout 180 python3 tests/cuda/check_forward.py "$LIB" \
+    > "$LOGS/check_forward_short_walk.log" 2>&1 || failed check_forward_short_walk
+  tail -2 "$LOGS/check_forward_short_walk.log"
+  TILEATTN_FORWARD_SHORT_WALK=off timeout 180 python3 tests/cuda/check_forward.py "$LIB" \
+    > "$LOGS/check_forward_no_short_walk.log" 2>&1 || failed check_forward_no_short_walk
+  tail -2 "$LOGS/check_forward_no_short_walk.log"
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_SHORT_WALK=on timeout 300 $PYTEST \
+    tests/python -k "not grad and not backward and not kvcache" 2>&1 | tee "$LOGS/pytest_cuda_short_walk.log" | tail -2 || failed pytest_cuda_short_walk
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_SHORT_WALK=off timeout 300 $PYTEST \
+    tests/python -k "not grad and not backward and not kvcache" 2>&1 | tee "$LOGS/pytest_cuda_no_short_walk.log" | tail -2 || failed pytest_cuda_no_short_walk
+  TILEATTN_FORWARD_SHORT_WALK=on timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    python3 tests/cuda/sanitize_forward.py > "$LOGS/sanitize_forward_short_walk.log" 2>&1 || failed sanitize_forward_short_walk
+  tail -2 "$LOGS/sanitize_forward_short_walk.log"
   # On sm90 the runs above use the Hopper forward family (src/cuda/cuda_forward.cu); the forward
   # tests again with the sm80 family forced, which serves what the sm90 family does not (unaligned
   # or zero strides) and other GPUs.

@@ -5,9 +5,13 @@ d96 in the d128 bucket (columns past head_dim zero-filled), GQA, seqlen_k off th
 below it, and an empty key set, each without a mask and causal (bottom-right: with Sq > Sk the
 first tiles see no key while their cluster's second tiles do).  Causal calls with ragged tiles start
 their first tile above row 0 (sm90_tile_first_row): 17, 129, 130, 300 and 385 rows by one 64-row
-consumer, d64's 1000 rows (192-row tiles, no multicast kernel: cluster_sm90.h) by two.
+consumer, d64's 1000 rows (192-row tiles, no multicast kernel: cluster_sm90.h) by two.  The d64
+shapes (seqlen_k off the 64- and 128-key blocks, d48 in the d64 bucket, no keys) are the edges of
+the short-walk kernel (64-key blocks, four stages) when it is forced on every call
+(TILEATTN_FORWARD_SHORT_WALK=on; short_walk.h).
 
     TILEATTN_FORWARD_KV_MULTICAST=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
+    TILEATTN_FORWARD_SHORT_WALK=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
 """
 import torch
 
@@ -19,7 +23,8 @@ def run():
     dev, dt = "cuda", torch.bfloat16
     for b, sq, sk, h, hk, d in [(1, 1, 1, 2, 2, 128), (2, 17, 130, 4, 4, 128), (1, 129, 300, 2, 1, 128),
                                 (1, 300, 77, 6, 2, 96), (1, 130, 77, 2, 2, 256), (2, 385, 1000, 7, 1, 128),
-                                (1, 1000, 1000, 2, 2, 64), (1, 256, 0, 2, 2, 128)]:
+                                (1, 1000, 1000, 2, 2, 64), (1, 256, 0, 2, 2, 128), (2, 17, 130, 4, 4, 64),
+                                (1, 300, 77, 6, 2, 48), (1, 256, 0, 2, 2, 64)]:
         q = torch.randn(b, sq, h, d, device=dev, dtype=dt)
         k = torch.randn(b, sk, hk, d, device=dev, dtype=dt)
         v = torch.randn(b, sk, hk, d, device=dev, dtype=dt)

@@ -156,33 +156,62 @@ def test_unknown_forward_family_is_an_error(monkeypatch):
     torch.testing.assert_close(flash_attn_func(x, x, x), tileattn_auto_family(x), rtol=0, atol=1e-2)
 
 
+def _sm90_forward_choice_results(monkeypatch, variable, head_dim, cases, choices):
+    """Skips unless the GPU runs the sm90 forward; checks that a typo in `variable` raises naming
+    it; returns, for each case (sq, sk, causal, window), each choice's output and LSE."""
+    if not (torch.cuda.is_available() and tileattn.has_cuda()
+            and torch.cuda.get_device_capability() == (9, 0)):
+        pytest.skip(f"{variable} picks among the sm90 forward's kernels")
+    # The suite also runs with the sm80 family forced, which never reads the variable.
+    monkeypatch.setenv("TILEATTN_FORWARD_FAMILY", "sm90")
+    monkeypatch.setenv(variable, "yes")
+    x = torch.randn(1, 256, 2, head_dim, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError) as raised:
+        flash_attn_func(x, x, x, causal=True)
+    assert raised.value.argument == variable
+    per_case = []
+    for sq, sk, causal, window in cases:
+        q = torch.randn(2, sq, 4, head_dim, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(2, sk, 2, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        results = {}
+        for choice in choices:
+            monkeypatch.setenv(variable, choice)
+            out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
+            results[choice] = (out, lse)
+        per_case.append(results)
+    return per_case
+
+
 def test_kv_multicast_choice(monkeypatch):
     """TILEATTN_FORWARD_KV_MULTICAST picks the Hopper forward whose K/V loads two CTAs share: a typo
     raises naming it, and on and off give bitwise the same output and LSE (the same products in
     the same order), at an even count of query blocks and at one block (whose cluster's second
     CTA has no rows), without a mask, causal (the first tile of a cluster walks its peer's extra
     block without products) and with a right window only."""
-    if not (torch.cuda.is_available() and tileattn.has_cuda()
-            and torch.cuda.get_device_capability() == (9, 0)):
-        pytest.skip("the K/V-multicast kernel is the sm90 forward's")
-    # The suite also runs with the sm80 family forced, which never reads the variable.
-    monkeypatch.setenv("TILEATTN_FORWARD_FAMILY", "sm90")
-    monkeypatch.setenv("TILEATTN_FORWARD_KV_MULTICAST", "yes")
-    x = torch.randn(1, 256, 2, 128, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError) as raised:
-        flash_attn_func(x, x, x)
-    assert raised.value.argument == "TILEATTN_FORWARD_KV_MULTICAST"
-    for sq, sk, causal, window in [(256, 300, False, (-1, -1)), (17, 1000, False, (-1, -1)),
-                                   (256, 300, True, (-1, -1)), (1000, 700, True, (-1, -1)),
-                                   (384, 384, False, (-1, 77))]:
-        q = torch.randn(2, sq, 4, 128, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(2, sk, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        results = []
-        for choice in ("on", "off"):
-            monkeypatch.setenv("TILEATTN_FORWARD_KV_MULTICAST", choice)
-            out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
-            results.append((out, lse))
-        assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    cases = [(256, 300, False, (-1, -1)), (17, 1000, False, (-1, -1)), (256, 300, True, (-1, -1)),
+             (1000, 700, True, (-1, -1)), (384, 384, False, (-1, 77))]
+    for results in _sm90_forward_choice_results(monkeypatch, "TILEATTN_FORWARD_KV_MULTICAST", 128, cases,
+                                                ("on", "off")):
+        assert torch.equal(results["on"][0], results["off"][0]) and torch.equal(results["on"][1], results["off"][1])
+
+
+def test_short_walk_choice(monkeypatch):
+    """TILEATTN_FORWARD_SHORT_WALK picks the Hopper d64 forward on 64-key blocks: a typo raises
+    naming it; auto runs it (bitwise the same output and LSE as on) for causal or right-windowed
+    calls of at most 1024 keys, and the 128-key kernel (the same bits as off) otherwise; on and off
+    agree to bf16 rounding."""
+    cases = [(512, 512, True, (-1, -1)), (1000, 700, True, (-1, -1)), (384, 384, False, (-1, 77)),
+             (300, 1025, True, (-1, -1)), (17, 1000, False, (-1, -1))]
+    auto_takes_it = [True, True, True, False, False]
+    per_case = _sm90_forward_choice_results(monkeypatch, "TILEATTN_FORWARD_SHORT_WALK", 64, cases,
+                                            ("on", "off", "auto"))
+    for results, expected in zip(per_case, auto_takes_it):
+        # The two kernels sum over different blocks, so equal bits would mean one kernel ran twice.
+        assert not torch.equal(results["on"][0], results["off"][0])
+        chosen = results["on" if expected else "off"]
+        assert torch.equal(results["auto"][0], chosen[0]) and torch.equal(results["auto"][1], chosen[1])
+        torch.testing.assert_close(results["on"][0], results["off"][0], rtol=0, atol=2e-2)
+        torch.testing.assert_close(results["on"][1], results["off"][1], rtol=0, atol=1e-4)
 
 
 # TILEATTN_BACKWARD_FAMILY picks the backward's products (wgmma on Hopper, else mma.sync);

@@ -14,13 +14,15 @@
 
 namespace tileattn::cuda::sm90 {
 
-template <int kHeadDim_, typename Element_>
+// kBlockN_ and kStages_ default to the bucket's tile (sm90_tile_config); the d64 short-walk kernel
+// (kSm90ShortWalkD64) gives its own.
+template <int kHeadDim_, typename Element_, int kBlockN_ = sm90_tile_config(kHeadDim_).block_n,
+          int kStages_ = sm90_tile_config(kHeadDim_).stages>
 struct Sm90Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr Sm90TileConfig kConfig = sm90_tile_config(kHeadDim_);
-  static constexpr int kBlockN = kConfig.block_n;
-  static constexpr int kStages = kConfig.stages;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
   static constexpr int kOCols = sm90_o_pass_cols(kHeadDim_);  // head-dim columns of one O store
   static constexpr int kOPasses = kHeadDim_ / kOCols;
   static constexpr bool kSeqBounds = false;  // sequence_bounds_sm90.h

@@ -20,6 +20,7 @@
 #include "cuda/sm90/kernel_traits_sm90.h"
 #include "cuda/sm90/launch_api_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
+#include "cuda/sm90/short_walk.h"
 
 namespace tileattn::cuda::sm90 {
 
@@ -101,19 +102,29 @@ int fwd_smem_bytes_sm90() {
   return Sm90Traits<kHeadDim, Element>::kSmemBytes;
 }
 
-// Nine kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
+// Eight kernels per bucket: plain scores (scale folded into exp2) and transformed scores (softcap,
 // ALiBi, a negative scale), each with and without dropout, and each of those with and without
 // sequence bounds inside the tensors (varlen, seqused_k; sequence_bounds_sm90.h).  Dropout with
 // plain scores has its own kernel: through the transformed one it spilled (ptxas at d64: 1076
-// bytes a thread against 8 for plain scores).  The ninth, in the buckets of two consumers (d128,
-// d256; kv_multicast_built): plain scores without dropout, left window or bounds (a causal mask
+// bytes a thread against 8 for plain scores).  Then, in the buckets of two consumers (d128, d256;
+// kv_multicast_built), a ninth: plain scores without dropout, left window or bounds (a causal mask
 // or right window allowed), its K/V loads shared by two CTAs (cluster_sm90.h; use_kv_multicast).
+// And at d64 (short_walk_built) two more: plain scores without dropout, with and without bounds,
+// on 64-key blocks for short causal calls (short_walk.h; use_short_walk).
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
   using BoundsTraits = SequenceBoundsTraits<Traits>;
   const ForwardParams& p = args.params;
   const bool bounds = p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
+  if constexpr (short_walk_built<kHeadDim>()) {
+    if (!variant.transformed_scores && !variant.dropout && use_short_walk(p.seqlen_k, p.window_right >= 0)) {
+      using Short = ShortWalkTraits<kHeadDim, Element>;
+      bounds ? launch_fwd_sm90_variant<SequenceBoundsTraits<Short>, PlainScores, NoDropout>(args, stream)
+             : launch_fwd_sm90_variant<Short, PlainScores, NoDropout>(args, stream);
+      return;
+    }
+  }
   if constexpr (kv_multicast_built<Traits>()) {
     // No left window: the two tiles of a cluster then differ only in their ranges' tops
     // (cta_key_range).  A causal mask is a right window of 0.

@@ -50,6 +50,19 @@ constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
   return {64, 2};
 }
 
+// d64 calls whose tiles walk few key blocks: causal (or right-windowed) with at most
+// kSm90ShortWalkMaxKeys keys.  A tile's diagonal blocks are masked in part, and with 128-key blocks
+// a 192-row tile at 512 tokens walks 1, 3 or 4 of them, so a quarter of the products it issues are
+// masked away.  Blocks of 64 keys halve that waste at twice the blocks; four stages keep 32 KB of
+// K/V in flight, as two of 128 do (16 KB Q + 4 x 2 x 8 KB = 80 KB).  Measured on the H200 against
+// 128-key blocks (A/B, two runs a side, twice; perf log, session 31): causal 512 +8-11%, 1k
+// +5-7%, 2k -1 to 0%, 4k -3%, non-causal 4-5% slower at every length; two stages of 64 keys
+// gained half as much (causal 512-1k +3%), and two consumers (128-row tiles) with either block
+// lost 3-20%.  So the bucket keeps 128 keys and this kernel serves the short causal calls
+// (launch_sm90.h, short_walk.h).
+constexpr Sm90TileConfig kSm90ShortWalkD64 = {64, 4};
+constexpr int kSm90ShortWalkMaxKeys = 1024;
+
 // The first query row of query tile m_block (block_m rows a tile).  Under a mask with a right edge
 // (causal, or a right window) a tile's key range ends at its last row's, so the tile that holds the
 // padding of a ragged count should be the one whose walk is shortest: the first.  The tiles are
