@@ -39,7 +39,8 @@ constexpr int sm90_head_dim_bucket(int head_dim) {
 // score floats, half as many registers again for P while the PV wgmma is in flight, and 64*D/128
 // O floats.
 constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
-  // d64: 16 KB Q + 2 x 2 x 16 KB K/V = 80 KB; 64 S + 32 O floats a thread.
+  // d64: 24 KB Q (192 rows) + 2 x 2 x 16 KB K/V + 24 KB O staging = 112 KB; 64 S + 32 O floats a
+  // thread.
   if (head_dim <= 64) return {128, 2};
   // d128: 32 KB Q + 2 x 2 x 32 KB = 160 KB; 64 S + 64 O floats.  A 176-key block (FlashAttention-3's
   // non-causal choice, 208 KB) measured slower here: 484 against 624 TFLOP/s at 8k (perf log).
@@ -51,10 +52,10 @@ constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
 }
 
 // d64 calls whose tiles walk few key blocks: causal (or right-windowed) with at most
-// kSm90ShortWalkMaxKeys keys.  A tile's diagonal blocks are masked in part, and with 128-key blocks
-// a 192-row tile at 512 tokens walks 1, 3 or 4 of them, so a quarter of the products it issues are
-// masked away.  Blocks of 64 keys halve that waste at twice the blocks; four stages keep 32 KB of
-// K/V in flight, as two of 128 do (16 KB Q + 4 x 2 x 8 KB = 80 KB).  Measured on the H200 against
+// kSm90ShortWalkMaxKeys keys.  A tile's diagonal blocks are masked in part: at 512 tokens a head's
+// consumers multiply 164k scores on 128-key blocks for 131k visible ones, and 147k on 64-key blocks
+// (-10%; 1k -5.6%, 2k -3%), at twice the blocks' barrier waits and turns.  Four stages hold the
+// 64 KB of K/V that two of 128 keys do (4 x 2 x 8 KB; with Q and O staging 112 KB either way).  Measured on the H200 against
 // 128-key blocks (A/B, two runs a side, twice; perf log, session 31): causal 512 +8-11%, 1k
 // +5-7%, 2k -1 to 0%, 4k -3%, non-causal 4-5% slower at every length; two stages of 64 keys
 // gained half as much (causal 512-1k +3%), and two consumers (128-row tiles) with either block
