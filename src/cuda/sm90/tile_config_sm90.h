@@ -34,20 +34,21 @@ constexpr int sm90_head_dim_bucket(int head_dim) {
   return 0;
 }
 
-// Shared memory is Q (128 x D) plus `stages` K and V tiles (block_n x D each), 2 bytes an element;
-// the H200 allows 227 KB per CTA.  Registers bound block_n: a consumer thread holds 64*block_n/128
-// score floats, half as many registers again for P while the PV wgmma is in flight, and 64*D/128
-// O floats.
+// Shared memory is Q (a tile's rows x D), `stages` K and V tiles (block_n x D each) and O's
+// staging (rows x D, or half of it at d256), 2 bytes an element; the H200 allows 227 KB per CTA.
+// Registers bound block_n: a consumer thread holds 64*block_n/128 score floats, half as many
+// registers again for P while the PV wgmma is in flight, and 64*D/128 O floats.
 constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
   // d64: 24 KB Q (192 rows) + 2 x 2 x 16 KB K/V + 24 KB O staging = 112 KB; 64 S + 32 O floats a
   // thread.
   if (head_dim <= 64) return {128, 2};
-  // d128: 32 KB Q + 2 x 2 x 32 KB = 160 KB; 64 S + 64 O floats.  A 176-key block (FlashAttention-3's
-  // non-causal choice, 208 KB) measured slower here: 484 against 624 TFLOP/s at 8k (perf log).
+  // d128: 32 KB Q + 2 x 2 x 32 KB K/V + 32 KB O staging = 192 KB; 64 S + 64 O floats.  A 176-key
+  // block (FlashAttention-3's non-causal choice) measured slower here: 484 against 624 TFLOP/s at
+  // 8k (perf log).
   if (head_dim <= 128) return {128, 2};
-  // d256: 64 KB Q + 2 x 2 x 32 KB = 192 KB; 128 O floats next to 32 score floats.  An 80-key block
-  // (224 KB, 40 score floats: FlashAttention-3's choice) measured 26-35% slower on the H200
-  // (8k: 494-506 against 638-682 TFLOP/s, causal 492-501 against 648-664; perf log).
+  // d256: 64 KB Q + 2 x 2 x 32 KB K/V + 32 KB O staging = 224 KB; 128 O floats next to 32 score
+  // floats.  An 80-key block (40 score floats: FlashAttention-3's choice) measured 26-35% slower
+  // on the H200 (8k: 494-506 against 638-682 TFLOP/s, causal 492-501 against 648-664; perf log).
   return {64, 2};
 }
 
@@ -55,12 +56,12 @@ constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
 // kSm90ShortWalkMaxKeys keys.  A tile's diagonal blocks are masked in part: at 512 tokens a head's
 // consumers multiply 164k scores on 128-key blocks for 131k visible ones, and 147k on 64-key blocks
 // (-10%; 1k -5.6%, 2k -3%), at twice the blocks' barrier waits and turns.  Four stages hold the
-// 64 KB of K/V that two of 128 keys do (4 x 2 x 8 KB; with Q and O staging 112 KB either way).  Measured on the H200 against
-// 128-key blocks (A/B, two runs a side, twice; perf log, session 31): causal 512 +8-11%, 1k
-// +5-7%, 2k -1 to 0%, 4k -3%, non-causal 4-5% slower at every length; two stages of 64 keys
-// gained half as much (causal 512-1k +3%), and two consumers (128-row tiles) with either block
-// lost 3-20%.  So the bucket keeps 128 keys and this kernel serves the short causal calls
-// (launch_sm90.h, short_walk.h).
+// 64 KB of K/V that two of 128 keys do (4 x 2 x 8 KB; with Q and O staging 112 KB either way).
+// Measured on the H200 against 128-key blocks (A/B, two runs a side, twice; perf log, session 31):
+// causal 512 +8-11%, 1k +5-7%, 2k -1 to 0%, 4k -3%, non-causal 4-5% slower at every length.  Two
+// stages of 64 keys gained less (causal 512-1k +3%), three or six level with four; two consumers
+// (128-row tiles) with either block lost 3-20%.  So the bucket keeps 128 keys and this kernel
+// serves the short causal calls (launch_sm90.h, short_walk.h).
 constexpr Sm90TileConfig kSm90ShortWalkD64 = {64, 4};
 constexpr int kSm90ShortWalkMaxKeys = 1024;
 
