@@ -26,6 +26,20 @@ failed() {
   rc=1
   grep -E "^(FAILED|ERROR) |to reproduce:|Error|FAIL" "$LOGS/$1.log" | tail -n 15
 }
+# forced_forward_steps NAME VARIABLE=VALUE: the forward check, the forward pytest (no gradients, no
+# decode) and a memcheck of tests/cuda/sanitize_forward.py with one kernel choice forced on every
+# call; logs check_forward_NAME, pytest_cuda_NAME and sanitize_forward_NAME.
+forced_forward_steps() {
+  local name=$1 setting=$2
+  env "$setting" timeout 180 python3 tests/cuda/check_forward.py "$LIB" > "$LOGS/check_forward_$name.log" 2>&1 \
+    || failed "check_forward_$name"
+  tail -2 "$LOGS/check_forward_$name.log"
+  env "$setting" TILEATTN_TEST_DEVICES=cuda timeout 300 $PYTEST tests/python -k "not grad and not backward and not kvcache" \
+    2>&1 | tee "$LOGS/pytest_cuda_$name.log" | tail -2 || failed "pytest_cuda_$name"
+  env "$setting" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/cuda/sanitize_forward.py \
+    > "$LOGS/sanitize_forward_$name.log" 2>&1 || failed "sanitize_forward_$name"
+  tail -2 "$LOGS/sanitize_forward_$name.log"
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$LOGS/gpu.log"
 if [[ $WHAT == all || $WHAT == tests ]]; then
   TILEATTN_TEST_DEVICES=cuda timeout 300 $PYTEST tests/python 2>&1 \
@@ -37,29 +51,15 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   # Non-causal calls without a window or sequence bounds run the K/V-multicast kernel (two CTAs of a
   # cluster share each K/V load) where auto finds the query blocks pair up; forced on, every such
   # call runs it, the ones whose second CTA has no rows included.
-  TILEATTN_FORWARD_KV_MULTICAST=on timeout 180 python3 tests/cuda/check_forward.py "$LIB" \
-    > "$LOGS/check_forward_kv_multicast.log" 2>&1 || failed check_forward_kv_multicast
-  tail -2 "$LOGS/check_forward_kv_multicast.log"
-  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_KV_MULTICAST=on timeout 300 $PYTEST \
-    tests/python -k "not grad and not backward and not kvcache" 2>&1 | tee "$LOGS/pytest_cuda_kv_multicast.log" | tail -2 || failed pytest_cuda_kv_multicast
-  TILEATTN_FORWARD_KV_MULTICAST=on timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python3 tests/cuda/sanitize_forward.py > "$LOGS/sanitize_forward_kv_multicast.log" 2>&1 || failed sanitize_forward_kv_multicast
-  tail -2 "$LOGS/sanitize_forward_kv_multicast.log"
+  forced_forward_steps kv_multicast TILEATTN_FORWARD_KV_MULTICAST=on
   # At d64 causal calls of at most 1024 keys run the short-walk kernel (64-key blocks; short_walk.h)
-  # and the rest the bucket's 128-key one: the forward check, tests and memcheck again with the
-  # short-walk kernel forced on every call it can serve, and the check with it off (the 128-key
-  # kernel on the short causal calls too; ~40 s a pytest pass, and the suite must fit one call).
-  TILEATTN_FORWARD_SHORT_WALK=on timeout 180 python3 tests/cuda/check_forward.py "$LIB" \
-    > "$LOGS/check_forward_short_walk.log" 2>&1 || failed check_forward_short_walk
-  tail -2 "$LOGS/check_forward_short_walk.log"
+  # and the rest the bucket's 128-key one: the forward steps again with the short-walk kernel forced
+  # on every call it can serve, and the check with it off (the 128-key kernel on the short causal
+  # calls too; ~40 s a pytest pass, and the suite must fit one call).
+  forced_forward_steps short_walk TILEATTN_FORWARD_SHORT_WALK=on
   TILEATTN_FORWARD_SHORT_WALK=off timeout 180 python3 tests/cuda/check_forward.py "$LIB" \
     > "$LOGS/check_forward_no_short_walk.log" 2>&1 || failed check_forward_no_short_walk
   tail -2 "$LOGS/check_forward_no_short_walk.log"
-  TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_SHORT_WALK=on timeout 300 $PYTEST \
-    tests/python -k "not grad and not backward and not kvcache" 2>&1 | tee "$LOGS/pytest_cuda_short_walk.log" | tail -2 || failed pytest_cuda_short_walk
-  TILEATTN_FORWARD_SHORT_WALK=on timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python3 tests/cuda/sanitize_forward.py > "$LOGS/sanitize_forward_short_walk.log" 2>&1 || failed sanitize_forward_short_walk
-  tail -2 "$LOGS/sanitize_forward_short_walk.log"
   # On sm90 the runs above use the Hopper forward family (src/cuda/cuda_forward.cu); the forward
   # tests again with the sm80 family forced, which serves what the sm90 family does not (unaligned
   # or zero strides) and other GPUs.

@@ -12,21 +12,14 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
+#include "common/env_choice.h"
 #include "cuda/check.h"
-#include "tileattn/tileattn.hpp"
 
 namespace tileattn::cuda {
 
 inline bool sm90_family_allowed(const char* variable) {
-  const char* family = std::getenv(variable);
-  if (family == nullptr || family[0] == '\0' || std::strcmp(family, "auto") == 0 || std::strcmp(family, "sm90") == 0) {
-    return true;
-  }
-  if (std::strcmp(family, "sm80") == 0) return false;
-  throw Error(ErrorCode::kInvalidArgument, variable,
-              std::string(variable) + " must be auto, sm90 or sm80, got '" + family + "'");
+  return env_choice(variable, {"auto", "sm90", "sm80"}) != 2;
 }
 
 // Whether `variable` says sm90 outright (not auto): a kernel chosen by size under auto is then

@@ -10,14 +10,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
 
 #include "api/backends.h"
 #include <cutlass/numeric_types.h>
 
+#include "common/env_choice.h"
 #include "cuda/backward/bwd_args.h"
 #include "cuda/backward/bwd_config.h"
 #include "cuda/backward/bwd_fa2_traits.h"
@@ -109,12 +108,8 @@ bwd::WalkOrder walk_order(const ForwardParams& f, bool deterministic) {
 
 bwd::BwdArgs::WarpSpecialized warp_specialized_choice() {
   using Mode = bwd::BwdArgs::WarpSpecialized;
-  const char* value = std::getenv("TILEATTN_BACKWARD_WS");
-  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "auto") == 0) return Mode::kAuto;
-  if (std::strcmp(value, "0") == 0) return Mode::kNever;
-  if (std::strcmp(value, "1") == 0) return Mode::kAlways;
-  throw Error(ErrorCode::kInvalidArgument, "TILEATTN_BACKWARD_WS",
-              std::string("TILEATTN_BACKWARD_WS must be auto, 0 or 1, got '") + value + "'");
+  constexpr Mode kModes[] = {Mode::kAuto, Mode::kNever, Mode::kAlways};
+  return kModes[env_choice("TILEATTN_BACKWARD_WS", {"auto", "0", "1"})];
 }
 
 // The scratch the kernel sequence needs, carved in order from one workspace, each part on a

@@ -5,12 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
+#include "common/env_choice.h"
 #include "cuda/check.h"
-#include "tileattn/tileattn.hpp"
 
 namespace tileattn::cuda::sm90 {
 
@@ -26,17 +23,11 @@ namespace tileattn::cuda::sm90 {
 // on takes it for every call it can serve (d128 and d256 buckets; cluster_sm90.h), seqlen_q 1
 // included, which is how the tests reach the padding CTA.
 inline bool use_kv_multicast(int num_m_blocks, bool uneven_tiles) {
-  constexpr const char* kVariable = "TILEATTN_FORWARD_KV_MULTICAST";
   constexpr int kMinUnevenMBlocks = 33;
-  const char* mode = std::getenv(kVariable);
-  if (mode == nullptr || mode[0] == '\0' || std::strcmp(mode, "auto") == 0) {
-    if (uneven_tiles) return num_m_blocks >= kMinUnevenMBlocks;
-    return num_m_blocks % 2 == 0 || num_m_blocks >= 16;
-  }
-  if (std::strcmp(mode, "on") == 0) return true;
-  if (std::strcmp(mode, "off") == 0) return false;
-  throw Error(ErrorCode::kInvalidArgument, kVariable,
-              std::string(kVariable) + " must be auto, on or off, got '" + mode + "'");
+  const int mode = env_choice("TILEATTN_FORWARD_KV_MULTICAST", {"auto", "on", "off"});
+  if (mode != 0) return mode == 1;
+  if (uneven_tiles) return num_m_blocks >= kMinUnevenMBlocks;
+  return num_m_blocks % 2 == 0 || num_m_blocks >= 16;
 }
 
 // How many clusters of one kernel the current device runs at once, asked once per device (one per

@@ -2,12 +2,8 @@
 // traits and whether a call runs it.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
-#include <string>
-
+#include "common/env_choice.h"
 #include "cuda/sm90/kernel_traits_sm90.h"
-#include "tileattn/tileattn.hpp"
 
 namespace tileattn::cuda::sm90 {
 
@@ -29,15 +25,9 @@ using ShortWalkTraits = Sm90Traits<kHeadDim, Element, kSm90ShortWalkD64.block_n,
 // it for every call it can serve, non-causal and long ones included, which is how the tests reach
 // it at every shape.
 inline bool use_short_walk(int seqlen_k, bool right_edge) {
-  constexpr const char* kVariable = "TILEATTN_FORWARD_SHORT_WALK";
-  const char* mode = std::getenv(kVariable);
-  if (mode == nullptr || mode[0] == '\0' || std::strcmp(mode, "auto") == 0) {
-    return right_edge && seqlen_k <= kSm90ShortWalkMaxKeys;
-  }
-  if (std::strcmp(mode, "on") == 0) return true;
-  if (std::strcmp(mode, "off") == 0) return false;
-  throw Error(ErrorCode::kInvalidArgument, kVariable,
-              std::string(kVariable) + " must be auto, on or off, got '" + mode + "'");
+  const int mode = env_choice("TILEATTN_FORWARD_SHORT_WALK", {"auto", "on", "off"});
+  if (mode != 0) return mode == 1;
+  return right_edge && seqlen_k <= kSm90ShortWalkMaxKeys;
 }
 
 }  // namespace tileattn::cuda::sm90
