@@ -52,7 +52,7 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   # cluster share each K/V load) where auto finds the query blocks pair up; forced on, every such
   # call runs it, the ones whose second CTA has no rows included.
   forced_forward_steps kv_multicast TILEATTN_FORWARD_KV_MULTICAST=on
-  # At d64 causal calls of at most 1024 keys run the short-walk kernel (64-key blocks; short_walk.h)
+  # At d64 causal calls of at most 1536 keys run the short-walk kernel (64-key blocks; short_walk.h)
   # and the rest the bucket's 128-key one: the forward steps again with the short-walk kernel forced
   # on every call it can serve, and the check with it off (the 128-key kernel on the short causal
   # calls too; ~40 s a pytest pass, and the suite must fit one call).

@@ -198,11 +198,11 @@ def test_kv_multicast_choice(monkeypatch):
 def test_short_walk_choice(monkeypatch):
     """TILEATTN_FORWARD_SHORT_WALK picks the Hopper d64 forward on 64-key blocks: a typo raises
     naming it; auto runs it (bitwise the same output and LSE as on) for causal or right-windowed
-    calls of at most 1024 keys, and the 128-key kernel (the same bits as off) otherwise; on and off
+    calls of at most 1536 keys, and the 128-key kernel (the same bits as off) otherwise; on and off
     agree to bf16 rounding."""
     cases = [(512, 512, True, (-1, -1)), (1000, 700, True, (-1, -1)), (384, 384, False, (-1, 77)),
-             (300, 1025, True, (-1, -1)), (17, 1000, False, (-1, -1))]
-    auto_takes_it = [True, True, True, False, False]
+             (300, 1536, True, (-1, -1)), (300, 1537, True, (-1, -1)), (17, 1000, False, (-1, -1))]
+    auto_takes_it = [True, True, True, True, False, False]
     per_case = _sm90_forward_choice_results(monkeypatch, "TILEATTN_FORWARD_SHORT_WALK", 64, cases,
                                             ("on", "off", "auto"))
     for results, expected in zip(per_case, auto_takes_it):

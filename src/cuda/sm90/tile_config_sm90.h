@@ -58,12 +58,13 @@ constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
 // (-10%; 1k -5.6%, 2k -3%), at twice the blocks' barrier waits and turns.  Four stages hold the
 // 64 KB of K/V that two of 128 keys do (4 x 2 x 8 KB; with Q and O staging 112 KB either way).
 // Measured on the H200 against 128-key blocks (A/B, two runs a side, twice; perf log, session 31):
-// causal 512 +8-11%, 1k +5-7%, 2k -1 to 0%, 4k -3%, non-causal 4-5% slower at every length.  Two
-// stages of 64 keys gained less (causal 512-1k +3%), three or six level with four; two consumers
-// (128-row tiles) with either block lost 3-20%.  So the bucket keeps 128 keys and this kernel
-// serves the short causal calls (launch_sm90.h, short_walk.h).
+// causal 512 +8-11%, 768 +10%, 1k +5-7%, 1.5k +2%, 2k -1 to 0%, 4k -3%, non-causal 4-5% slower at
+// every length.  Two stages of 64 keys gained less (causal 512-1k +3%), three or six level with
+// four; two consumers (128-row tiles) with either block lost 3-20%.  So the bucket keeps 128 keys
+// and this kernel serves the short causal calls, up to the last length measured faster
+// (launch_sm90.h, short_walk.h).
 constexpr Sm90TileConfig kSm90ShortWalkD64 = {64, 4};
-constexpr int kSm90ShortWalkMaxKeys = 1024;
+constexpr int kSm90ShortWalkMaxKeys = 1536;
 
 // The first query row of query tile m_block (block_m rows a tile).  Under a mask with a right edge
 // (causal, or a right window) a tile's key range ends at its last row's, so the tile that holds the
