@@ -32,8 +32,9 @@ def add_parser(subparsers):
                    help="calls per timed sample, issued back to back (default 1: each call alone, the "
                         "host's launch cost included; more: the kernels' throughput, for A/Bs)")
     p.add_argument("--repeat", type=int, default=1,
-                   help="time each case this many times, the backends in rotation, and report the median: on the "
-                        "H200 one pass's points at 512-2k tokens move 10-30%% between sweeps (perf log)")
+                   help="time each case this many times, the backends in rotation (each round starting one "
+                        "later), and report the median: on the H200 one pass's points at 512-2k tokens "
+                        "move 10-30%% between sweeps (perf log)")
     p.add_argument("--max-case-s", type=float, default=30.0,
                    help="skip a (case, backend) whose warm-up + timed calls would take longer")
     p.add_argument("--deadline-s", type=float, default=float("inf"),
@@ -95,10 +96,14 @@ def run(args):
 
 def time_rounds(case, chosen, args, limits, progress):
     """{(direction, backend name): [ms of each round]}: args.repeat rounds over the backends in turn,
-    so a slow stretch of the GPU lands on every backend alike; a backend skipped once is not retried."""
+    so a slow stretch of the GPU lands on every backend alike; a backend skipped once is not retried.
+    Round r starts at the r-th backend (a, b, c; b, c, a; c, a, b), so no backend always runs first
+    after the previous case's last one, with the clocks and power that one left the H200 at (it
+    runs at its 700 W limit back to back: perf log, session 28)."""
     rounds, skipped = {}, set()
-    for _ in range(args.repeat):
-        for backend in chosen:
+    for r in range(args.repeat):
+        start = r % len(chosen)
+        for backend in chosen[start:] + chosen[:start]:
             if backend.name in skipped:
                 progress.step(f"{case.label()} {backend.name} (skipped)")
                 continue

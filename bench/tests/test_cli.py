@@ -65,6 +65,24 @@ def test_sweep_repeat_reports_each_backends_median_and_tries_a_skip_once(tmp_pat
     assert calls == ["sdpa-math", "sdpa-flash", "sdpa-math", "sdpa-math"]
 
 
+def test_sweep_repeat_rotates_which_backend_runs_first(tmp_path, monkeypatch):
+    from bench import sweep
+
+    calls = []
+
+    def fake_time_backend(backend, case, directions, *rest):
+        calls.append(backend.name)
+        return {"fwd": 1.0}
+
+    monkeypatch.setattr(sweep, "time_backend", fake_time_backend)
+    cli.main(["sweep", "--device", "cpu", "--dtype", "fp32", "--shapes", "lecture", "--seqlens", "64",
+              "--headdims", "32", "--causal", "yes", "--direction", "fwd", "--repeat", "4",
+              "--backends", "sdpa-math", "sdpa-flash", "tileattn", "--out", str(tmp_path / "s.csv"),
+              "--plot", "none"])
+    a, b, c = "sdpa-math", "sdpa-flash", "tileattn"
+    assert calls == [a, b, c, b, c, a, c, a, b, a, b, c]
+
+
 def test_queue_times_back_to_back_calls_and_reports_one_calls_share(monkeypatch):
     from bench import timing
 
