@@ -1,10 +1,12 @@
-"""The sweep's CSV: the brief's columns first, then what the numbers were measured on.  Rows are
-flushed as they come, so a run cut short by a time limit keeps what it measured."""
+"""The sweep's CSV: the brief's columns first, then what the numbers were measured on, then each
+round's time (`--repeat`: ms is their median; the rounds show whether a gap between two backends
+is larger than one pass's spread).  Rows are flushed as they come, so a run cut short by a time
+limit keeps what it measured."""
 import csv
 import os
 
 COLUMNS = ("seqlen", "headdim", "causal", "shape", "direction", "backend", "ms", "tflops", "gbps",
-           "frac_peak", "batch", "heads", "gpu", "date", "commit")
+           "frac_peak", "batch", "heads", "gpu", "date", "commit", "rounds_ms")
 
 
 class CsvWriter:
@@ -16,12 +18,13 @@ class CsvWriter:
         self.writer.writeheader()
         self.file.flush()
 
-    def add(self, case, direction, backend, ms, tflops, gbps, frac_peak):
+    def add(self, case, direction, backend, ms, tflops, gbps, frac_peak, rounds=()):
+        """rounds: each round's ms in the order timed, written ';'-joined."""
         self.writer.writerow(dict(
             seqlen=case.seqlen, headdim=case.headdim, causal=int(case.causal), shape=case.shape,
             direction=direction, backend=backend, ms=f"{ms:.5g}", tflops=f"{tflops:.4g}",
             gbps=f"{gbps:.4g}", frac_peak=f"{frac_peak:.3g}", batch=case.batch, heads=case.heads,
-            **self.meta))
+            rounds_ms=";".join(f"{r:.5g}" for r in rounds), **self.meta))
         self.file.flush()
 
     def close(self):

@@ -74,7 +74,7 @@ def run(args):
             for (direction, name), values in rounds.items():
                 ms = statistics.median(values)
                 tflops, gbps, frac = shapes.rate(case, direction, ms)
-                writer.add(case, direction, name, ms, tflops, gbps, frac)
+                writer.add(case, direction, name, ms, tflops, gbps, frac, rounds=values)
                 cells[direction, name] = tflops
             for direction in args.direction:
                 line = "  ".join(f"{b.name} {cells[direction, b.name]:.3g}" for b in chosen

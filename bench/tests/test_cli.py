@@ -62,6 +62,7 @@ def test_sweep_repeat_reports_each_backends_median_and_tries_a_skip_once(tmp_pat
               "--backends", "sdpa-math", "sdpa-flash", "--out", str(out), "--plot", "none"])
     rows = list(csv.DictReader(open(out)))
     assert [(r["backend"], float(r["ms"])) for r in rows] == [("sdpa-math", 3.0)]
+    assert rows[0]["rounds_ms"] == "9;3;1"
     assert calls == ["sdpa-math", "sdpa-flash", "sdpa-math", "sdpa-math"]
 
 
