@@ -1,6 +1,7 @@
 """What a result was measured on: device name, date, commit (a placeholder where the copy has no
 .git, as on the GPU machine: the coordinator fills it in when committing)."""
 import datetime
+import hashlib
 import os
 import platform
 import subprocess
@@ -31,6 +32,22 @@ def commit():
                               text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "commit"
+
+
+def library_md5():
+    """The first 8 hex digits of the loaded libtileattn's md5, or 'none' when it cannot load: on the
+    GPU machine the copy's .git can be older than the tree that ran (sweeps v27-v29's commit column
+    named earlier commits), while the library's md5 names the kernels that ran."""
+    try:
+        import tileattn
+        path = tileattn.library_path()
+    except Exception:  # no library built or loadable: the CSV says so instead of failing the sweep
+        return "none"
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:8]
 
 
 def free_bytes(device):

@@ -6,7 +6,7 @@ import csv
 import os
 
 COLUMNS = ("seqlen", "headdim", "causal", "shape", "direction", "backend", "ms", "tflops", "gbps",
-           "frac_peak", "batch", "heads", "gpu", "date", "commit", "rounds_ms")
+           "frac_peak", "batch", "heads", "gpu", "date", "commit", "library", "rounds_ms")
 
 
 class CsvWriter:

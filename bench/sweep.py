@@ -56,9 +56,10 @@ def run(args):
     out = args.out or os.path.join(environment.RESULTS, f"sweep-{environment.today()}.csv")
     if args.dry_run:
         return dry_run(cases, chosen, args)
-    meta = dict(gpu=environment.device_name(args.device), date=environment.today(), commit=environment.commit())
+    meta = dict(gpu=environment.device_name(args.device), date=environment.today(), commit=environment.commit(),
+                library=environment.library_md5())
     print(f"# {meta['gpu']} | torch {torch.__version__} | {args.dtype} | commit {meta['commit']} | "
-          f"median of {args.runs} samples of {args.queue} call(s) after {args.warmup} warm-ups | "
+          f"library md5 {meta['library']} | median of {args.runs} samples of {args.queue} call(s) after {args.warmup} warm-ups | "
           f"peak {shapes.GEMM_PEAK_TFLOPS:g} TFLOP/s")
     writer = results.CsvWriter(out, meta)
     limits = Limits(max_case_s=args.max_case_s)

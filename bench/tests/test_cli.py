@@ -1,6 +1,7 @@
 """The CLI's logic on the CPU: shapes and their costs, the sweep end to end on tiny CPU cases, the
 registry and plugins, the README block rewrite, ncu's CSV parsing, the ragged lengths."""
 import csv
+import hashlib
 import os
 import sys
 import types
@@ -42,6 +43,9 @@ def test_sweep_on_cpu_writes_the_briefs_columns(tmp_path):
                                   "tflops", "gbps", "frac_peak"]
     assert [(r["backend"], r["direction"], r["causal"]) for r in rows] == [("sdpa-math", "fwd", "1")]
     assert float(rows[0]["ms"]) > 0
+    import tileattn
+    expected = hashlib.md5(open(tileattn.library_path(), "rb").read()).hexdigest()[:8]
+    assert rows[0]["library"] == expected
 
 
 def test_sweep_repeat_reports_each_backends_median_and_tries_a_skip_once(tmp_path, monkeypatch):
