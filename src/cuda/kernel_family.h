@@ -10,24 +10,22 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "common/env_choice.h"
 #include "cuda/check.h"
 
 namespace tileattn::cuda {
 
-inline bool sm90_family_allowed(const char* variable) {
-  return env_choice(variable, {"auto", "sm90", "sm80"}) != 2;
+enum class KernelFamily { kAuto, kSm90, kSm80 };  // in env_choice's order below
+
+inline KernelFamily kernel_family(const char* variable) {
+  return static_cast<KernelFamily>(env_choice(variable, {"auto", "sm90", "sm80"}));
 }
+
+inline bool sm90_family_allowed(const char* variable) { return kernel_family(variable) != KernelFamily::kSm80; }
 
 // Whether `variable` says sm90 outright (not auto): a kernel chosen by size under auto is then
 // used at every size.
-inline bool sm90_family_forced(const char* variable) {
-  const char* family = std::getenv(variable);
-  return family != nullptr && std::strcmp(family, "sm90") == 0;
-}
+inline bool sm90_family_forced(const char* variable) { return kernel_family(variable) == KernelFamily::kSm90; }
 
 // wgmma and TMA as compiled (sm_90a) run on compute capability 9.0 only.
 inline bool is_sm90_device() {
