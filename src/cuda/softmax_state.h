@@ -19,6 +19,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// log2 on the MUFU (one instruction, absolute error ~2^-22 near 1): logf is a ~20-instruction
+// dependent polynomial with range branches.
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <int kRows>
 struct OnlineSoftmax {
   float row_max[kRows];  // max raw score seen so far (-inf before any visible key)
@@ -86,17 +94,26 @@ struct OnlineSoftmax {
 
   // O <- O * output_scale / rowsum, and the natural-log LSE of the (undropped) scores.
   // output_scale is 1/(1 - dropout_p) with dropout, else 1.
+  //
+  // A row that saw a visible key has sum >= 1 (its max's P is exactly 1), so the MUFU's reciprocal
+  // and log2 are exact to a few ulp here, as in the sm90 finalize (softmax_sm90.h): no IEEE
+  // division's slow-path branch nor logf's ~20 dependent instructions, and every row's statistics
+  // come before the O scaling, so the rows' chains interleave.
   template <typename TensorO>
   __device__ __forceinline__ void finalize(TensorO& acc_o, float output_scale, float (&lse)[kRows]) {
     constexpr float kLn2 = 0.6931471805599453f;
+    float inv[kRows];
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float sum = quad_allreduce(row_sum[r], SumOp{});
       const bool empty = sum == 0.f;  // a NaN sum (a NaN score: max drops it) is not empty: O, LSE NaN
-      const float inv = empty ? 0.f : output_scale / sum;
-      lse[r] = empty ? INFINITY : row_max[r] * scale_log2 * kLn2 + logf(sum);
+      inv[r] = empty ? 0.f : __fdividef(output_scale, sum);
+      lse[r] = empty ? INFINITY : (row_max[r] * scale_log2 + fast_log2(sum)) * kLn2;
+    }
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
       CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(acc_o); ++c) acc_o(r, c) *= inv;
+      for (int c = 0; c < cute::size<1>(acc_o); ++c) acc_o(r, c) *= inv[r];
     }
   }
 };

@@ -39,14 +39,6 @@ __device__ __forceinline__ auto gmma_acc_as_operand_a_layout(Layout acc) {
       cute::coalesce(cute::make_layout(cute::get<0, 1>(groups), cute::get<2>(acc))));
 }
 
-// log2 on the MUFU (one instruction, absolute error ~2^-22 near 1), beside softmax_state.h's
-// fast_exp2: logf is a ~20-instruction dependent polynomial with range branches.
-__device__ __forceinline__ float fast_log2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 template <int kRows>
 struct SplitOnlineSoftmax {
   // Row r's exps are taken against row_offset[r] (log2 units: scale_log2 times a raw score), so
