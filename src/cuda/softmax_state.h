@@ -95,8 +95,8 @@ struct OnlineSoftmax {
   // O <- O * output_scale / rowsum, and the natural-log LSE of the (undropped) scores.
   // output_scale is 1/(1 - dropout_p) with dropout, else 1.
   //
-  // A row that saw a visible key has sum >= 1 (its max's P is exactly 1), so the MUFU's reciprocal
-  // and log2 are exact to a few ulp here, as in the sm90 finalize (softmax_sm90.h): no IEEE
+  // A row that saw a visible key has sum >= 1 up to rounding (its max's P is exp2 of the FFMA's
+  // rounding residue, 1 to ~2^-20), so the MUFU's reciprocal and log2 are exact to a few ulp here, as in the sm90 finalize (softmax_sm90.h): no IEEE
   // division's slow-path branch nor logf's ~20 dependent instructions, and every row's statistics
   // come before the O scaling, so the rows' chains interleave.
   template <typename TensorO>
