@@ -27,6 +27,37 @@ __device__ __forceinline__ float fast_log2(float x) {
   return y;
 }
 
+// The end of both families' online softmax: O <- O * output_scale / rowsum and the natural-log
+// LSE, for rows whose exps were taken against offset[r] (log2 units) and whose per-thread sums
+// row_sum[r] are reduced over the quad here.  output_scale is 1/(1 - dropout_p) with dropout (the
+// sums count the dropped probabilities: they normalize the undropped softmax), else 1.
+//
+// The callers guarantee that a row with a visible key has sum >= 1 (up to rounding), so the MUFU's
+// reciprocal and log2 are exact to a few ulp: no IEEE division's slow-path branch nor logf's ~20
+// dependent instructions, and every row's statistics come before the O scaling, so the rows'
+// chains interleave.  The d128 sm90 trace had put the two serialized IEEE chains at 675-725
+// cycles of each tile boundary (session 26).  Measured: sm90 causal 512-1k +1-3% (session 32),
+// sm80 causal d64 512 +5%, causal d128 512 +2% (session 33), longer calls level (perf log).
+template <int kRows, typename TensorO>
+__device__ __forceinline__ void finalize_rows(TensorO& acc_o, const float (&row_sum)[kRows],
+                                              const float (&offset)[kRows], float output_scale,
+                                              float (&lse)[kRows]) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  float inv[kRows];
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const float sum = quad_allreduce(row_sum[r], SumOp{});
+    const bool empty = sum == 0.f;  // a NaN sum (a NaN score: max drops it) is not empty: O, LSE NaN
+    inv[r] = empty ? 0.f : __fdividef(output_scale, sum);
+    lse[r] = empty ? INFINITY : (offset[r] + fast_log2(sum)) * kLn2;
+  }
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    CUTE_UNROLL
+    for (int c = 0; c < cute::size<1>(acc_o); ++c) acc_o(r, c) *= inv[r];
+  }
+}
+
 template <int kRows>
 struct OnlineSoftmax {
   float row_max[kRows];  // max raw score seen so far (-inf before any visible key)
@@ -92,29 +123,15 @@ struct OnlineSoftmax {
     }
   }
 
-  // O <- O * output_scale / rowsum, and the natural-log LSE of the (undropped) scores.
-  // output_scale is 1/(1 - dropout_p) with dropout, else 1.
-  //
-  // A row that saw a visible key has sum >= 1 up to rounding (its max's P is exp2 of the FFMA's
-  // rounding residue, 1 to ~2^-20), so the MUFU's reciprocal and log2 are exact to a few ulp here, as in the sm90 finalize (softmax_sm90.h): no IEEE
-  // division's slow-path branch nor logf's ~20 dependent instructions, and every row's statistics
-  // come before the O scaling, so the rows' chains interleave.
+  // O <- O * output_scale / rowsum, and the natural-log LSE of the (undropped) scores
+  // (finalize_rows).  A row that saw a visible key has sum >= 1 up to rounding: its max's P is exp2
+  // of the FFMA's rounding residue, 1 to ~2^-20.
   template <typename TensorO>
-  __device__ __forceinline__ void finalize(TensorO& acc_o, float output_scale, float (&lse)[kRows]) {
-    constexpr float kLn2 = 0.6931471805599453f;
-    float inv[kRows];
+  __device__ __forceinline__ void finalize(TensorO& acc_o, float output_scale, float (&lse)[kRows]) const {
+    float offset[kRows];
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      const float sum = quad_allreduce(row_sum[r], SumOp{});
-      const bool empty = sum == 0.f;  // a NaN sum (a NaN score: max drops it) is not empty: O, LSE NaN
-      inv[r] = empty ? 0.f : __fdividef(output_scale, sum);
-      lse[r] = empty ? INFINITY : (row_max[r] * scale_log2 + fast_log2(sum)) * kLn2;
-    }
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(acc_o); ++c) acc_o(r, c) *= inv[r];
-    }
+    for (int r = 0; r < kRows; ++r) offset[r] = row_max[r] * scale_log2;
+    finalize_rows(acc_o, row_sum, offset, output_scale, lse);
   }
 };
 

@@ -182,33 +182,13 @@ struct SplitOnlineSoftmax {
     }
   }
 
-  // O <- O * output_scale / rowsum and the natural-log LSE.  output_scale is 1/(1 - p) with
-  // dropout (the row sums count the dropped probabilities: they normalize the undropped softmax),
-  // else 1.
-  //
-  // A row that saw a visible key has sum >= 1: the exact step sets the reference at the row max
-  // (that score's P is 1) and the reference step moves it only to the largest P's power of two
-  // (that P stays >= 1).  So the approximate reciprocal and log2 (MUFU, no range branches) are
-  // exact to a few ulp here, and both rows' finalize is one straight-line chain instead of two
-  // serialized IEEE division and logf sequences, which the d128 trace put at 675-725 cycles of
-  // each consumer's tile boundary (session 26).  Measured: causal 512-1k +1-3%, the rest level
-  // (perf log, session 32).
+  // O <- O * output_scale / rowsum and the natural-log LSE (finalize_rows, softmax_state.h).  A row
+  // that saw a visible key has sum >= 1: the exact step sets the reference at the row max (that
+  // score's P is 1) and the reference step moves it only to the largest P's power of two (that P
+  // stays >= 1).
   template <typename TensorO>
-  __device__ __forceinline__ void finalize(TensorO& acc_o, float output_scale, float (&lse)[kRows]) {
-    constexpr float kLn2 = 0.6931471805599453f;
-    float inv[kRows];
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      const float sum = quad_allreduce(row_sum[r], SumOp{});
-      const bool empty = sum == 0.f;  // a NaN sum (a NaN score: max drops it) is not empty: O, LSE NaN
-      inv[r] = empty ? 0.f : __fdividef(output_scale, sum);
-      lse[r] = empty ? INFINITY : (row_offset[r] + fast_log2(sum)) * kLn2;
-    }
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(acc_o); ++c) acc_o(r, c) *= inv[r];
-    }
+  __device__ __forceinline__ void finalize(TensorO& acc_o, float output_scale, float (&lse)[kRows]) const {
+    finalize_rows(acc_o, row_sum, row_offset, output_scale, lse);
   }
 };
 
