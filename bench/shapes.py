@@ -56,6 +56,12 @@ def fa_papers(seqlen, headdim, causal):
 SHAPE_SETS = {"lecture": lecture, "fa": fa_papers}
 
 
+def fa_spec(spec):
+    """The FA papers' case a "HEADDIM:SEQLEN[:causal]" argument names (bench/gpu's probes)."""
+    head_dim, seqlen, *rest = spec.split(":")
+    return fa_papers(int(seqlen), int(head_dim), rest == ["causal"])
+
+
 def cases(shape_sets, seqlens, headdims, causals):
     """Every case, causal outermost, then head dim, then seqlen (the CSV's and the table's order)."""
     return [SHAPE_SETS[s](n, d, c) for s in shape_sets for c in causals for d in headdims for n in seqlens]

@@ -21,8 +21,14 @@ def median_ms(fn, device, runs=RUNS, warmup=WARMUP, queue=1, before=None):
     faster than the host can feed it (short sequences), as a user's eager call would.  With
     queue=N, N calls go between the two events and the sample is their mean: once the GPU has work
     queued the host's cost hides behind it, so the figure is the kernels' throughput, which is what
-    an A/B of a kernel change needs (single calls at 512-1k tokens spread by up to 25%).
-    `before`, if given, runs ahead of each timed sample, outside its events (an L2 flush)."""
+    an A/B of a kernel change needs (single calls at 512-1k tokens spread by up to 25%).  On CUDA a
+    queued sample starts with one untimed lead-in call, issued before the start event: without it the
+    GPU idles from the start event until the sample's first launch, the first call after a
+    synchronize, which on the H200's host made the first interval 30-110 us longer than the rest, a
+    different amount each sample, for every backend (3-11% of a 10-call sample at 512 tokens; perf
+    log, session 34).
+    `before`, if given, runs ahead of each timed sample, outside its events (an L2 flush), and the
+    sample then has no lead-in, which would undo it."""
     if queue < 1:
         raise ValueError(f"queue must be at least 1, got {queue}")
     for _ in range(warmup):
@@ -35,6 +41,8 @@ def median_ms(fn, device, runs=RUNS, warmup=WARMUP, queue=1, before=None):
             before()
         if on_cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if queue > 1 and before is None:
+                fn()
             start.record()
             for _ in range(queue):
                 fn()

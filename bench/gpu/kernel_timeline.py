@@ -86,14 +86,12 @@ def main():
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; CUPTI kernel stamps, {args.calls} calls "
           "queued back to back; medians over the calls")
     for spec in args.fwd:
-        head_dim, seqlen, *rest = spec.split(":")
-        causal = rest == ["causal"]
-        case = shapes.fa_papers(int(seqlen), int(head_dim), causal)
+        case = shapes.fa_spec(spec)
         q, k, v, _ = make_inputs(case, "cuda", torch.bfloat16, requires_grad=False)
         with torch.no_grad():
             for name in args.backends:
-                fn = backends.get(name).make(q, k, v, causal)
-                report(f"fwd d{head_dim} {seqlen}{' causal' if causal else ''} {name}",
+                fn = backends.get(name).make(q, k, v, case.causal)
+                report(f"fwd d{case.headdim} {case.seqlen}{' causal' if case.causal else ''} {name}",
                        lambda: [fn() for _ in range(args.calls)], args.calls)
         del q, k, v
     # Decode as decode.py times it: the calls captured in a CUDA graph over copies of the cache that

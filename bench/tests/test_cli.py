@@ -20,6 +20,11 @@ def test_fa_shapes_keep_16k_tokens_and_hidden_2048():
             assert case.batch * case.seqlen == 16384 and case.heads * d == 2048
 
 
+def test_a_probe_spec_names_an_fa_case():
+    assert shapes.fa_spec("128:512:causal") == shapes.fa_papers(512, 128, True)
+    assert shapes.fa_spec("64:2048") == shapes.fa_papers(2048, 64, False)
+
+
 def test_flops_bytes_and_rates_follow_fa_formula():
     case = shapes.lecture(4096, 128, causal=False)
     assert case.flops("fwd") == 4 * 2 * 16 * 4096 ** 2 * 128
@@ -99,6 +104,46 @@ def test_queue_times_back_to_back_calls_and_reports_one_calls_share(monkeypatch)
     assert ms == pytest.approx((10.0 + 20.0) / 2)
     with pytest.raises(ValueError, match="queue"):
         timing.median_ms(lambda: None, "cpu", queue=0)
+
+
+class _FakeEvent:
+    """Stands in for torch.cuda.Event: records which calls came before it, and times a sample by
+    the calls between its two events at 10 ms each."""
+    log = None
+
+    def __init__(self, enable_timing):
+        self.at = None
+
+    def record(self):
+        self.at = len(self.log)
+        self.log.append("event")
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return 10.0 * self.log[self.at:end.at].count("call")
+
+
+def test_a_queued_cuda_sample_starts_after_an_untimed_lead_in_call(monkeypatch):
+    """Queued on CUDA, each sample's first call is issued before its start event (so the GPU is busy
+    when the event is reached) and not counted; one call at a time, or after `before` (an L2 flush
+    the lead-in would undo), there is none."""
+    from bench import timing
+
+    log = []
+    monkeypatch.setattr(_FakeEvent, "log", log)
+    monkeypatch.setattr(timing.torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(timing, "synchronize", lambda device: None)
+    call = lambda: log.append("call")  # noqa: E731
+    assert timing.median_ms(call, "cuda", runs=2, warmup=1, queue=3) == pytest.approx(10.0)
+    assert log == ["call"] + ["call", "event", "call", "call", "call", "event"] * 2
+    log.clear()
+    assert timing.median_ms(call, "cuda", runs=2, warmup=0, queue=1) == pytest.approx(10.0)
+    assert log == ["event", "call", "event"] * 2
+    log.clear()
+    timing.median_ms(call, "cuda", runs=1, warmup=0, queue=3, before=lambda: log.append("flush"))
+    assert log == ["flush", "event", "call", "call", "call", "event"]
 
 
 def test_sweep_passes_queue_to_the_timer(tmp_path, monkeypatch):
