@@ -99,6 +99,33 @@ def saved_output_shift(q, k, dout, out, exact_out, *, softmax_scale=None, window
     return {"dq": dq, "dk": dk}
 
 
+def delta_rounding_shift(q, k, v, dout, out, *, softmax_scale=None, window_left=-1, window_right=-1,
+                         softcap=0.0, alibi_slopes=None):
+    """A float64 replay of how far dq and dk move when dS = P (dP - D) takes dP = dO V^T and
+    D = rowsum(dO o O) as two float32 dot products (FlashAttention's backward) instead of exact
+    ones.  Where a row sees one key (P = 1, O = V) the two are equal in exact arithmetic, so dS is
+    0 and autograd's softmax backward returns exactly 0, while the kernel's dS is the difference of
+    two roundings, summed by dk over every query row of a KV head: at 1000 rows x 4 query heads of
+    d160, 2.1e-4 against a 1e-4 floor (session 34's random configurations, TILEATTN_TEST_SEED=15,
+    sm80 forward family).  The kernel sums in its own order, so this replay (torch's float32 sums)
+    gives the size of the effect, not its value.  Returns dict(dq, dk)."""
+    q64, k64 = (x.detach().double().requires_grad_() for x in (q, k))
+    scores, visible = _scores(q64, k64, softmax_scale, window_left, window_right, softcap,
+                              alibi_slopes)
+    probs = _probs(scores, visible)
+    group = q.shape[2] // k.shape[2]
+
+    def dp_minus_d(dtype):
+        do, o, vv = (x.detach().to(dtype) for x in (dout, out, v.repeat_interleave(group, dim=2)))
+        dp = torch.einsum("bqhd,bkhd->bhqk", do, vv)
+        d = (do * o).sum(-1).permute(0, 2, 1)  # (B, H, Sq)
+        return (dp - d[..., None]).double()
+
+    d_scores = probs.detach() * (dp_minus_d(torch.float32) - dp_minus_d(torch.float64))
+    dq, dk = torch.autograd.grad(scores, (q64, k64), d_scores)
+    return {"dq": dq, "dk": dk}
+
+
 # ---- Philox-4x32-7 and the dropout mapping (src/common/philox.h), vectorized with numpy -------
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
