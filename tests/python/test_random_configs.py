@@ -1,10 +1,14 @@
-"""flash_attn_func on random configurations against the float64 reference, with FlashAttention's
-rule for out, lse, attention probabilities, dq, dk and dv (test_attention.run_and_compare).
+"""flash_attn_func and flash_attn_with_kvcache on random configurations against the float64
+reference, with FlashAttention's rule (test_attention.run_and_compare: out, lse, attention
+probabilities, dq, dk, dv; test_kvcache.check_against_reference: the appended entries inside the
+cache, out, lse).
 
 The hand-picked tests name each option on a few shapes; here every draw combines them: lengths on
 and off the kernels' tiles (Sq != Sk both ways), 1-7 query heads per KV head, head dims from 8 to
 256 (odd ones included, which take the unaligned paths), masks, windows, softcap, ALiBi, the
-scale, the deterministic backward and the dtype.  The draws follow the test's seed
+scale, the deterministic backward and the dtype; for the KV cache also page sizes, cache lengths
+(empty ones included), cache_batch_idx, cache_leftpad, rotary (any even rotary_dim, interleaved
+or not), new tokens appended and split counts.  The draws follow the test's seed
 (TILEATTN_TEST_SEED, conftest.py), so a failure names its configurations and replays with the seed.
 TILEATTN_RANDOM_CONFIGS=N sets the draws a device (default: 20 on the CPU, whose CI runs the suite,
 and 60 on CUDA).
@@ -15,7 +19,9 @@ import random
 
 import torch
 
+import tileattn
 from test_attention import run_and_compare
+from test_kvcache import DEFAULTS, check_against_reference, make_problem
 
 LENGTHS = [1, 2, 15, 17, 63, 64, 65, 127, 128, 129, 191, 255, 300, 513, 777, 1000, 1100]
 HEAD_DIMS = [8, 16, 20, 32, 33, 40, 48, 64, 72, 80, 96, 112, 128, 144, 160, 192, 200, 224, 256]
@@ -68,4 +74,54 @@ def test_random_configurations(device):
             run_and_compare(device, dtype, shape, **call_options)
         except AssertionError as error:
             failures.append(f"draw {index}: shape {shape}, {dtype}, {options}: {str(error).splitlines()[0]}")
+    assert not failures, f"{len(failures)} of {count} draws failed:\n" + "\n".join(failures)
+
+
+# Cache capacity 768: a multiple of every page size drawn.
+KV_CAPACITY = 768
+KV_PAGE_SIZES = [0, 0, 16, 48, 64, 128, 256]
+KV_HEAD_DIMS = [16, 20, 32, 64, 72, 96, 128, 256]
+
+
+def draw_kvcache_config(rng, device):
+    """One flash_attn_with_kvcache configuration: test_kvcache's options, the batch, the cache
+    lengths and the dtype."""
+    on_cpu = device == "cpu"
+    dim = rng.choice([d for d in KV_HEAD_DIMS if not on_cpu or d <= CPU_MAX_HEAD_DIM])
+    heads_k = rng.choice([1, 2, 3])
+    opts = dict(DEFAULTS, dim=dim, heads_k=heads_k, heads=heads_k * rng.choice([1, 2, 4, 7, 8]),
+                page_size=rng.choice(KV_PAGE_SIZES), batch_idx=rng.random() < 0.3,
+                leftpad=rng.random() < 0.3, causal=rng.random() < 0.5,
+                seqlen_new=rng.choice([0, 0, 1, 1, 2, 5]), seqlen_q=rng.choice([None, None, 1, 2, 4]),
+                interleaved=rng.random() < 0.5, splits=rng.choice([0, 0, 1, 2, 3, 7]))
+    if rng.random() < 0.5:
+        opts["rotary_dim"] = rng.choice([r for r in (8, 16, 20, 32, 64, 128, 256) if r <= dim])
+    if rng.random() < 0.3:
+        opts["window"] = (rng.choice([-1, 0, 5, 100]), rng.choice([-1, 0, 3]))
+    if rng.random() < 0.2:
+        opts["softcap"] = rng.choice([5.0, 30.0])
+    opts["alibi"] = rng.random() < 0.2
+    batch = rng.choice([1, 2, 3, 5])
+    room = KV_CAPACITY - opts["seqlen_new"]
+    cache_seqlens = [rng.choice([0, 1, 15, 16, 17, 255, 256, 511, room]) if rng.random() < 0.5
+                     else rng.randrange(room + 1) for _ in range(batch)]
+    dtypes = [torch.bfloat16, torch.float16] + ([torch.float32] if on_cpu else [])
+    return opts, batch, cache_seqlens, rng.choice(dtypes)
+
+
+def test_random_kvcache_configurations(device):
+    count = int(os.environ.get("TILEATTN_RANDOM_CONFIGS", 20 if device == "cpu" else 60))
+    rng = random.Random(torch.initial_seed())
+    failures = []
+    for index in range(count):
+        opts, batch, cache_seqlens, dtype = draw_kvcache_config(rng, device)
+        args, slot, first = make_problem(opts, dtype, device, batch=batch, capacity=KV_CAPACITY,
+                                         cache_seqlens=torch.tensor(cache_seqlens, dtype=torch.int32))
+        out, lse = tileattn.flash_attn_with_kvcache(**args)
+        try:
+            check_against_reference(opts, dtype, args, slot, first, out, lse)
+        except AssertionError as error:
+            changed = {name: value for name, value in opts.items() if DEFAULTS.get(name) != value}
+            failures.append(f"draw {index}: batch {batch}, cache_seqlens {cache_seqlens}, {dtype}, "
+                            f"{changed}: {str(error).splitlines()[0]}")
     assert not failures, f"{len(failures)} of {count} draws failed:\n" + "\n".join(failures)
