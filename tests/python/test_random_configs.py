@@ -1,12 +1,13 @@
-"""flash_attn_func and flash_attn_with_kvcache on random configurations against the float64
-reference, with FlashAttention's rule (test_attention.run_and_compare: out, lse, attention
-probabilities, dq, dk, dv; test_kvcache.check_against_reference: the appended entries inside the
-cache, out, lse).
+"""flash_attn_func, flash_attn_varlen_func and flash_attn_with_kvcache on random configurations
+against the float64 reference, with FlashAttention's rule (test_attention.run_and_compare and
+test_varlen.run_varlen: out, lse, attention probabilities, dq, dk, dv;
+test_kvcache.check_against_reference: the appended entries inside the cache, out, lse).
 
 The hand-picked tests name each option on a few shapes; here every draw combines them: lengths on
 and off the kernels' tiles (Sq != Sk both ways), 1-7 query heads per KV head, head dims from 8 to
 256 (odd ones included, which take the unaligned paths), masks, windows, softcap, ALiBi, the
-scale, the deterministic backward and the dtype; for the KV cache also page sizes, cache lengths
+scale, the deterministic backward and the dtype; packed batches of 1-5 sequences (empty ones
+included) with seqused_k and rows past the last sequence; for the KV cache also page sizes, cache lengths
 (empty ones included), cache_batch_idx, cache_leftpad, rotary (any even rotary_dim, interleaved
 or not), new tokens appended and split counts.  The draws follow the test's seed
 (TILEATTN_TEST_SEED, conftest.py), so a failure names its configurations and replays with the seed.
@@ -22,6 +23,7 @@ import torch
 import tileattn
 from test_attention import run_and_compare
 from test_kvcache import DEFAULTS, check_against_reference, make_problem
+from test_varlen import run_varlen
 
 LENGTHS = [1, 2, 15, 17, 63, 64, 65, 127, 128, 129, 191, 255, 300, 513, 777, 1000, 1100]
 HEAD_DIMS = [8, 16, 20, 32, 33, 40, 48, 64, 72, 80, 96, 112, 128, 144, 160, 192, 200, 224, 256]
@@ -124,4 +126,47 @@ def test_random_kvcache_configurations(device):
             changed = {name: value for name, value in opts.items() if DEFAULTS.get(name) != value}
             failures.append(f"draw {index}: batch {batch}, cache_seqlens {cache_seqlens}, {dtype}, "
                             f"{changed}: {str(error).splitlines()[0]}")
+    assert not failures, f"{len(failures)} of {count} draws failed:\n" + "\n".join(failures)
+
+
+def draw_varlen_config(rng, device):
+    """One flash_attn_varlen_func configuration: per-sequence lengths and run_varlen's options."""
+    on_cpu = device == "cpu"
+    lengths = [0] + [n for n in LENGTHS if not on_cpu or n <= CPU_MAX_LENGTH]
+    count = rng.choice([1, 2, 3, 5])
+    seqlens_q = [rng.choice(lengths) for _ in range(count)]
+    seqlens_k = [n if rng.random() < 0.3 else rng.choice(lengths) for n in seqlens_q]
+    num_heads_k = rng.choice([1, 2, 3])
+    options = dict(num_heads=num_heads_k * rng.choice([1, 2, 3, 7]), num_heads_k=num_heads_k,
+                   head_dim=rng.choice([d for d in HEAD_DIMS if not on_cpu or d <= CPU_MAX_HEAD_DIM]),
+                   causal=rng.random() < 0.4, tail_rows=rng.choice([0, 0, 3]))
+    if rng.random() < 0.3:
+        options["window_size"] = (rng.choice([-1, 0, 9, 300]), rng.choice([-1, 0, 4]))
+    if rng.random() < 0.2:
+        options["softcap"] = rng.choice([2.0, 20.0])
+    if rng.random() < 0.2:
+        options["alibi_slopes"] = ("slopes", (options["num_heads"],) if rng.random() < 0.5
+                                   else (count, options["num_heads"]))
+    if rng.random() < 0.25:
+        options["seqused_k"] = [rng.randrange(n + 1) for n in seqlens_k]
+    dtypes = [torch.bfloat16, torch.float16] + ([torch.float32] if on_cpu else [])
+    return seqlens_q, seqlens_k, options, rng.choice(dtypes)
+
+
+def test_random_varlen_configurations(device):
+    count = int(os.environ.get("TILEATTN_RANDOM_CONFIGS", 20 if device == "cpu" else 60))
+    rng = random.Random(torch.initial_seed())
+    failures = []
+    for index in range(count):
+        seqlens_q, seqlens_k, options, dtype = draw_varlen_config(rng, device)
+        call_options = dict(options)
+        if "alibi_slopes" in call_options:
+            call_options["alibi_slopes"] = torch.rand(call_options["alibi_slopes"][1], device=device) * 0.3
+        if "seqused_k" in call_options:
+            call_options["seqused_k"] = torch.tensor(call_options["seqused_k"], dtype=torch.int32, device=device)
+        try:
+            run_varlen(device, dtype, seqlens_q, seqlens_k, **call_options)
+        except AssertionError as error:
+            failures.append(f"draw {index}: seqlens_q {seqlens_q}, seqlens_k {seqlens_k}, {dtype}, {options}: "
+                            f"{str(error).splitlines()[0]}")
     assert not failures, f"{len(failures)} of {count} draws failed:\n" + "\n".join(failures)
