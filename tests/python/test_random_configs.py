@@ -31,9 +31,38 @@ HEAD_DIMS = [8, 16, 20, 32, 33, 40, 48, 64, 72, 80, 96, 112, 128, 144, 160, 192,
 CPU_MAX_LENGTH, CPU_MAX_HEAD_DIM = 300, 128
 
 
+def run_draws(device, draw):
+    """Draws TILEATTN_RANDOM_CONFIGS configurations (default 20 on the CPU, 60 on CUDA) with
+    draw(rng, device), each a description and a call that checks it; one assertion at the end
+    names every draw that failed and how."""
+    count = int(os.environ.get("TILEATTN_RANDOM_CONFIGS", 20 if device == "cpu" else 60))
+    rng = random.Random(torch.initial_seed())
+    failures = []
+    for index in range(count):
+        description, check = draw(rng, device)
+        try:
+            check()
+        except AssertionError as error:
+            failures.append(f"draw {index}: {description}: {str(error).splitlines()[0]}")
+    assert not failures, f"{len(failures)} of {count} draws failed:\n" + "\n".join(failures)
+
+
+def draw_dtype(rng, device):
+    return rng.choice([torch.bfloat16, torch.float16] + ([torch.float32] if device == "cpu" else []))
+
+
+def draw_slopes(rng, options, heads, batch, device):
+    """ALiBi for a quarter of the draws: slopes of shape (heads,) or (batch, heads); the
+    description's part."""
+    if rng.random() >= 0.25:
+        return ""
+    shape = (heads,) if rng.random() < 0.5 else (batch, heads)
+    options["alibi_slopes"] = torch.rand(shape, device=device) * 0.3
+    return f", alibi_slopes {shape}"
+
+
 def draw_config(rng, device):
-    """One configuration: the shape (batch, Sq, Sk, H, Hk, D), the dtype and run_and_compare's
-    options."""
+    """One flash_attn_func configuration, checked by test_attention.run_and_compare."""
     on_cpu = device == "cpu"
     lengths = [n for n in LENGTHS if not on_cpu or n <= CPU_MAX_LENGTH]
     head_dims = [d for d in HEAD_DIMS if not on_cpu or d <= CPU_MAX_HEAD_DIM]
@@ -43,7 +72,6 @@ def draw_config(rng, device):
     num_heads = num_heads_k * rng.choice([1, 2, 3, 4, 7])
     batch = rng.choice([1, 2, 3])
     shape = (batch, seqlen_q, seqlen_k, num_heads, num_heads_k, rng.choice(head_dims))
-    dtypes = [torch.bfloat16, torch.float16] + ([torch.float32] if on_cpu else [])
     options = {}
     mask = rng.choice(["none", "causal", "window", "causal_window"])
     if mask in ("causal", "causal_window"):
@@ -56,27 +84,15 @@ def draw_config(rng, device):
         options["softmax_scale"] = rng.uniform(0.05, 1.0)
     if rng.random() < 0.25:
         options["softcap"] = rng.choice([1.5, 5.0, 30.0])
-    if rng.random() < 0.25:
-        slopes_shape = (num_heads,) if rng.random() < 0.5 else (batch, num_heads)
-        options["alibi_slopes"] = ("slopes", slopes_shape)
     options["deterministic"] = rng.random() < 0.3
-    return shape, rng.choice(dtypes), options
+    dtype = draw_dtype(rng, device)
+    description = f"shape {shape}, {dtype}, {options}"
+    description += draw_slopes(rng, options, num_heads, batch, device)
+    return description, lambda: run_and_compare(device, dtype, shape, **options)
 
 
 def test_random_configurations(device):
-    count = int(os.environ.get("TILEATTN_RANDOM_CONFIGS", 20 if device == "cpu" else 60))
-    rng = random.Random(torch.initial_seed())
-    failures = []
-    for index in range(count):
-        shape, dtype, options = draw_config(rng, device)
-        call_options = dict(options)
-        if "alibi_slopes" in call_options:
-            call_options["alibi_slopes"] = torch.rand(call_options["alibi_slopes"][1], device=device) * 0.3
-        try:
-            run_and_compare(device, dtype, shape, **call_options)
-        except AssertionError as error:
-            failures.append(f"draw {index}: shape {shape}, {dtype}, {options}: {str(error).splitlines()[0]}")
-    assert not failures, f"{len(failures)} of {count} draws failed:\n" + "\n".join(failures)
+    run_draws(device, draw_config)
 
 
 # Cache capacity 768: a multiple of every page size drawn.
@@ -86,8 +102,8 @@ KV_HEAD_DIMS = [16, 20, 32, 64, 72, 96, 128, 256]
 
 
 def draw_kvcache_config(rng, device):
-    """One flash_attn_with_kvcache configuration: test_kvcache's options, the batch, the cache
-    lengths and the dtype."""
+    """One flash_attn_with_kvcache configuration (test_kvcache's options, the batch and the cache
+    lengths), checked by test_kvcache.check_against_reference."""
     on_cpu = device == "cpu"
     dim = rng.choice([d for d in KV_HEAD_DIMS if not on_cpu or d <= CPU_MAX_HEAD_DIM])
     heads_k = rng.choice([1, 2, 3])
@@ -107,30 +123,25 @@ def draw_kvcache_config(rng, device):
     room = KV_CAPACITY - opts["seqlen_new"]
     cache_seqlens = [rng.choice([0, 1, 15, 16, 17, 255, 256, 511, room]) if rng.random() < 0.5
                      else rng.randrange(room + 1) for _ in range(batch)]
-    dtypes = [torch.bfloat16, torch.float16] + ([torch.float32] if on_cpu else [])
-    return opts, batch, cache_seqlens, rng.choice(dtypes)
+    dtype = draw_dtype(rng, device)
 
-
-def test_random_kvcache_configurations(device):
-    count = int(os.environ.get("TILEATTN_RANDOM_CONFIGS", 20 if device == "cpu" else 60))
-    rng = random.Random(torch.initial_seed())
-    failures = []
-    for index in range(count):
-        opts, batch, cache_seqlens, dtype = draw_kvcache_config(rng, device)
+    def check():
         args, slot, first = make_problem(opts, dtype, device, batch=batch, capacity=KV_CAPACITY,
                                          cache_seqlens=torch.tensor(cache_seqlens, dtype=torch.int32))
         out, lse = tileattn.flash_attn_with_kvcache(**args)
-        try:
-            check_against_reference(opts, dtype, args, slot, first, out, lse)
-        except AssertionError as error:
-            changed = {name: value for name, value in opts.items() if DEFAULTS.get(name) != value}
-            failures.append(f"draw {index}: batch {batch}, cache_seqlens {cache_seqlens}, {dtype}, "
-                            f"{changed}: {str(error).splitlines()[0]}")
-    assert not failures, f"{len(failures)} of {count} draws failed:\n" + "\n".join(failures)
+        check_against_reference(opts, dtype, args, slot, first, out, lse)
+
+    changed = {name: value for name, value in opts.items() if DEFAULTS.get(name) != value}
+    return f"batch {batch}, cache_seqlens {cache_seqlens}, {dtype}, {changed}", check
+
+
+def test_random_kvcache_configurations(device):
+    run_draws(device, draw_kvcache_config)
 
 
 def draw_varlen_config(rng, device):
-    """One flash_attn_varlen_func configuration: per-sequence lengths and run_varlen's options."""
+    """One flash_attn_varlen_func configuration (per-sequence lengths, run_varlen's options),
+    checked by test_varlen.run_varlen."""
     on_cpu = device == "cpu"
     lengths = [0] + [n for n in LENGTHS if not on_cpu or n <= CPU_MAX_LENGTH]
     count = rng.choice([1, 2, 3, 5])
@@ -144,29 +155,15 @@ def draw_varlen_config(rng, device):
         options["window_size"] = (rng.choice([-1, 0, 9, 300]), rng.choice([-1, 0, 4]))
     if rng.random() < 0.2:
         options["softcap"] = rng.choice([2.0, 20.0])
-    if rng.random() < 0.2:
-        options["alibi_slopes"] = ("slopes", (options["num_heads"],) if rng.random() < 0.5
-                                   else (count, options["num_heads"]))
+    dtype = draw_dtype(rng, device)
+    description = f"seqlens_q {seqlens_q}, seqlens_k {seqlens_k}, {dtype}, {options}"
     if rng.random() < 0.25:
-        options["seqused_k"] = [rng.randrange(n + 1) for n in seqlens_k]
-    dtypes = [torch.bfloat16, torch.float16] + ([torch.float32] if on_cpu else [])
-    return seqlens_q, seqlens_k, options, rng.choice(dtypes)
+        used = [rng.randrange(n + 1) for n in seqlens_k]
+        options["seqused_k"] = torch.tensor(used, dtype=torch.int32, device=device)
+        description += f", seqused_k {used}"
+    description += draw_slopes(rng, options, options["num_heads"], count, device)
+    return description, lambda: run_varlen(device, dtype, seqlens_q, seqlens_k, **options)
 
 
 def test_random_varlen_configurations(device):
-    count = int(os.environ.get("TILEATTN_RANDOM_CONFIGS", 20 if device == "cpu" else 60))
-    rng = random.Random(torch.initial_seed())
-    failures = []
-    for index in range(count):
-        seqlens_q, seqlens_k, options, dtype = draw_varlen_config(rng, device)
-        call_options = dict(options)
-        if "alibi_slopes" in call_options:
-            call_options["alibi_slopes"] = torch.rand(call_options["alibi_slopes"][1], device=device) * 0.3
-        if "seqused_k" in call_options:
-            call_options["seqused_k"] = torch.tensor(call_options["seqused_k"], dtype=torch.int32, device=device)
-        try:
-            run_varlen(device, dtype, seqlens_q, seqlens_k, **call_options)
-        except AssertionError as error:
-            failures.append(f"draw {index}: seqlens_q {seqlens_q}, seqlens_k {seqlens_k}, {dtype}, {options}: "
-                            f"{str(error).splitlines()[0]}")
-    assert not failures, f"{len(failures)} of {count} draws failed:\n" + "\n".join(failures)
+    run_draws(device, draw_varlen_config)
