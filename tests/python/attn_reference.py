@@ -126,6 +126,16 @@ def delta_rounding_shift(q, k, v, dout, out, *, softmax_scale=None, window_left=
     return {"dq": dq, "dk": dk}
 
 
+def backward_rounding_shift(q, k, v, dout, out, exact_out, **options):
+    """The parts of dq and dk that follow from the FlashAttention backward's own roundings, which
+    the naive baseline does not have, as magnitudes for assert_fa_close's `shift`: the rounded
+    output it reads (saved_output_shift) and its float32 dP - D (delta_rounding_shift, four times
+    over: the kernel sums in another order than the replay).  Returns dict(dq, dk)."""
+    saved = saved_output_shift(q, k, dout, out, exact_out, **options)
+    delta = delta_rounding_shift(q, k, v, dout, out, **options)
+    return {name: saved[name].abs() + 4 * delta[name].abs() for name in saved}
+
+
 # ---- Philox-4x32-7 and the dropout mapping (src/common/philox.h), vectorized with numpy -------
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)

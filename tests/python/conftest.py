@@ -83,8 +83,9 @@ def assert_fa_close(name, ours, naive, ref, floor, lse=None, shift=None):
     float32 LSE the forward saved (flash-attn's contract), and that rounding moves P by up to
     2^-24 |LSE| relative, which the naive computation (softmax in one pass) never pays.  With ALiBi
     or large scores |LSE| reaches the hundreds, so the floor grows by 4 x 2^-24 max|LSE| max|ref|.
-    `shift` (attn_reference.saved_output_shift) is the part of dq and dk that follows from the
-    backward reading the rounded output it saved; the floor grows by its largest entry."""
+    `shift` (attn_reference.backward_rounding_shift) is the part of dq and dk that follows from the
+    backward's own roundings (the rounded output it saved, its float32 dP - D); the floor grows by
+    its largest entry."""
     ours, naive, ref = (x.detach().double().cpu() for x in (ours, naive, ref))
     assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
     assert not torch.isnan(ours).any(), f"{name}: NaN in {int(torch.isnan(ours).sum())} entries"

@@ -49,12 +49,7 @@ def run_and_compare(device, dtype, shape, *, causal=False, window_size=(-1, -1),
     assert_fa_close("out", out, naive["out"], truth["out"], floor)
     assert_fa_close("lse", lse, naive["lse"], truth["lse"], floor)
     assert_fa_close("attn_probs", probs, naive["probs"], truth["probs"], floor)
-    # The parts of dq and dk that follow from the backward's own roundings, which the naive baseline
-    # does not have: the rounded output it reads, and its two float32 dot products dP and D (a
-    # replay in torch's summation order, four times over for the kernel's order).
-    saved = ref.saved_output_shift(q, k, dout, out, truth["out"], **options)
-    delta = ref.delta_rounding_shift(q, k, v, dout, out, **options)
-    shift = {name: saved[name].abs() + 4 * delta[name].abs() for name in saved}
+    shift = ref.backward_rounding_shift(q, k, v, dout, out, truth["out"], **options)
     for name, ours in (("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
         assert ours.shape == truth[name].shape and ours.dtype == dtype
         assert_fa_close(name, ours, naive[name], truth[name], floor, lse=truth["lse"],

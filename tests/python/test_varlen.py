@@ -63,10 +63,8 @@ def run_varlen(device, dtype, seqlens_q, seqlens_k, num_heads=6, num_heads_k=2, 
         assert torch.all(probs[b, :, len_q:] == 0) and torch.all(probs[b, :, :, used_k:] == 0), \
             f"{tag}: attn_probs outside the sequence must be 0"
         seq_q, seq_k, seq_v, seq_dout = args
-        # The backward's own roundings (test_attention.run_and_compare says which).
-        saved = ref.saved_output_shift(seq_q, seq_k, seq_dout, one(out, rows), truth["out"], **options)
-        delta = ref.delta_rounding_shift(seq_q, seq_k, seq_v, seq_dout, one(out, rows), **options)
-        shift = {name: saved[name].abs() + 4 * delta[name].abs() for name in saved}
+        shift = ref.backward_rounding_shift(seq_q, seq_k, seq_v, seq_dout, one(out, rows), truth["out"],
+                                            **options)
         for name, grad, where in (("dq", q.grad, rows), ("dk", k.grad, used), ("dv", v.grad, used)):
             assert_fa_close(f"{tag} {name}", grad[where].unsqueeze(0), naive[name], truth[name],
                             floor, lse=truth["lse"], shift=shift.get(name))

@@ -42,8 +42,8 @@ def _check(q, k, v, dout, out, cu_q, cu_k, used, grads, options):
         floor = FLOOR[torch.bfloat16]
         assert_fa_close(f"sequence {b} out", one(out, rows), naive["out"], truth["out"], floor)
         if grads:
-            shift = ref.saved_output_shift(args[0], args[1], args[3], one(out, rows), truth["out"],
-                                           **kw)
+            shift = ref.backward_rounding_shift(args[0], args[1], args[2], args[3], one(out, rows),
+                                                truth["out"], **kw)
             for name, grad, where in zip(("dq", "dk", "dv"), grads, (rows, keys, keys)):
                 assert_fa_close(f"sequence {b} {name}", one(grad, where), naive[name],
                                 truth[name], floor, lse=truth["lse"], shift=shift.get(name))
