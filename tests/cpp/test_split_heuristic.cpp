@@ -9,6 +9,7 @@
 namespace {
 
 using tileattn::cuda::decode::choose_num_splits;
+using tileattn::cuda::decode::choose_split_plan;
 using tileattn::cuda::decode::kMaxSplits;
 using tileattn::cuda::decode::kWarps;
 
@@ -58,6 +59,29 @@ TEST(SplitHeuristic, RequestedCountIsHonouredWithinBounds) {
   EXPECT_EQ(choose_num_splits(5, 8, kTmaResident, 32768, kBlock), 5);
   EXPECT_EQ(choose_num_splits(500, 8, kTmaResident, 1 << 20, kBlock), kMaxSplits);
   EXPECT_EQ(choose_num_splits(8, 8, kTmaResident, 48, kBlock), 3);  // 3 chunks
+}
+
+// CTAs resident in clusters of s on the H200 at two CTAs an SM (cudaOccupancyMaxActiveClusters x s,
+// measured in session 35): a GPC's SMs do not divide evenly from 3 up.
+constexpr int kH200ClusterResident[9] = {0, 0, 264, 237, 248, 235, 234, 224, 240};
+
+TEST(SplitHeuristic, ClusterMergeWhereItAddsNoWave) {
+  // 16 x 8 KV heads at 2 splits: 128 clusters of 2 fit one wave; the cluster merge, no combine.
+  for (int keys : {2048, 8192, 32768}) {
+    const auto plan = choose_split_plan(0, 16 * 8, kTmaResident, kH200ClusterResident, keys, kBlock);
+    EXPECT_EQ(plan.splits, 2) << keys;
+    EXPECT_TRUE(plan.cluster) << keys;
+  }
+  // 8 x 8 KV heads at 4 splits: 64 clusters of 4 where 62 fit (a second wave cost 25% on the
+  // H200), so the combine kernel keeps them.
+  const auto eight = choose_split_plan(0, 8 * 8, kTmaResident, kH200ClusterResident, 8192, kBlock);
+  EXPECT_EQ(eight.splits, 4);
+  EXPECT_FALSE(eight.cluster);
+  // A requested count takes the cluster only within one wave; nullptr turns it off.
+  EXPECT_TRUE(choose_split_plan(2, 16 * 8, kTmaResident, kH200ClusterResident, 8192, kBlock).cluster);
+  EXPECT_FALSE(choose_split_plan(4, 8 * 8, kTmaResident, kH200ClusterResident, 8192, kBlock).cluster);
+  EXPECT_FALSE(choose_split_plan(2, 16 * 8, kTmaResident, nullptr, 8192, kBlock).cluster);
+  EXPECT_FALSE(choose_split_plan(16, 1, kTmaResident, kH200ClusterResident, 8192, kBlock).cluster);  // > 8
 }
 
 }  // namespace

@@ -214,6 +214,25 @@ def test_fixed_num_splits_is_batch_invariant(splits, device):
         assert torch.equal(out_b, out[b:b + 1]) and torch.equal(lse_b, lse[b:b + 1]), f"sequence {b}"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the cluster merge is a CUDA path")
+@pytest.mark.parametrize("page_size", [0, 16])
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_cluster_merge_matches_combine_bits(splits, page_size, monkeypatch):
+    """On compute capability 9.0 the TMA loop merges 2-8 splits inside a cluster, elsewhere the
+    combine kernel does; the heuristic picks by batch size, so the two must give the same bits for
+    a fixed num_splits to stay batch-invariant.  Ragged lengths, an empty cache, one new token."""
+    monkeypatch.setenv("TILEATTN_DECODE_FAMILY", "sm90")
+    opts = dict(DEFAULTS, page_size=page_size, dim=128, heads=32, heads_k=8, splits=splits, seqlen_new=1)
+    seqlens = torch.tensor([700, 0, 1500, 5], dtype=torch.int32)
+    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=4, capacity=2048, cache_seqlens=seqlens)
+    caches = (args["k_cache"].clone(), args["v_cache"].clone())
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
+    monkeypatch.setenv("TILEATTN_DECODE_SPLIT_MERGE", "combine")
+    out_c, lse_c = tileattn.flash_attn_with_kvcache(**dict(args, k_cache=caches[0], v_cache=caches[1]))
+    assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
+
+
 def test_kvcache_compiles_fullgraph(device):
     q = torch.randn(2, 1, 4, 32, dtype=torch.bfloat16, device=device)
     k_cache = torch.randn(2, 64, 2, 32, dtype=torch.bfloat16, device=device)

@@ -13,6 +13,7 @@
 
 #include "cuda/decode/decode_args.h"
 #include "cuda/decode/elements.cuh"
+#include "cuda/decode/split_partial.cuh"
 
 namespace tileattn::cuda::decode {
 
@@ -70,12 +71,11 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs args
   const float mine = s < splits ? args.lse_partial[s * split_rows + row] : -CUDART_INF_F;
   load_trip(part, 0);
 
+  // The same expressions as the cluster merge (split_partial.cuh), so both give the same bits.
   const bool poisoned = __syncthreads_or(isnan(mine));
   const float lse_max = block_reduce(mine, true, scratch);
-  const bool empty = lse_max == -CUDART_INF_F;
-  const float sum = block_reduce(empty ? 0.0f : expf(mine - lse_max), false, scratch);
-  const float lse = poisoned ? CUDART_NAN_F : empty ? CUDART_INF_F : lse_max + logf(sum);
-  if (s < splits) weights[s] = empty || poisoned ? 0.0f : expf(mine - lse);
+  const MergedLse merged = merged_lse(lse_max, block_reduce(lse_exp(mine, lse_max), false, scratch), poisoned);
+  if (s < splits) weights[s] = merged.weight(mine);
   __syncthreads();
 
   float x[kCombineDims] = {};
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs args
     for (int c = 0; c < kCombineDims; ++c) {
 #pragma unroll
       for (int j = 0; j < kSplitsPerTrip; ++j) {
-        if (k0 + j < splits) x[c] += weights[k0 + j] * part[c][j];
+        if (k0 + j < splits) x[c] = fmaf(weights[k0 + j], part[c][j], x[c]);
       }
     }
   }
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs args
     const int d = threadIdx.x + c * kThreads;
     if (d < f.head_dim) out[d] = from_float<T>(poisoned ? CUDART_NAN_F : x[c]);
   }
-  if (threadIdx.x == 0) f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse;
+  if (threadIdx.x == 0) f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = merged.output_lse();
 }
 
 }  // namespace tileattn::cuda::decode

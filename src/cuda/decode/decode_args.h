@@ -25,6 +25,7 @@ struct DecodeArgs {
   int row_blocks;             // ceil(rows / kRows)
   FastDivisor seqlen_q_div;   // local row -> (query head, query row) without a runtime division
   int num_splits;
+  bool cluster_merge;         // the splits run as one cluster and merge there (cluster_merge.cuh)
   bool vector_q, vector_k, vector_v;  // 16-byte loads are aligned for q and the caches
   float* o_partial;           // (num_splits, B, H, Sq, D) float32 when num_splits > 1
   float* lse_partial;         // (num_splits, B, H, Sq), natural log, -inf for an empty split

@@ -6,10 +6,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "common/env_choice.h"
 #include "cuda/check.h"
 #include "cuda/decode/append_kernel.cuh"
 #include "cuda/decode/combine_kernel.cuh"
@@ -62,9 +64,11 @@ inline bool programmatic_launch_supported() {
   return supported;
 }
 
+// cluster_y > 1 (compute capability 9.0 only): the grid's CTAs go in clusters of (1, cluster_y, 1),
+// the splits of one (sequence, KV head, row block) together (cluster_merge.cuh).
 template <typename Kernel>
 void launch_programmatic(Kernel kernel, dim3 grid, int dynamic_smem, cudaStream_t stream, const DecodeArgs& args,
-                         const char* what) {
+                         const char* what, int cluster_y = 1) {
   if (!programmatic_launch_supported()) {
     kernel<<<grid, kThreads, dynamic_smem, stream>>>(args);
     check_cuda(cudaGetLastError(), what);
@@ -75,27 +79,68 @@ void launch_programmatic(Kernel kernel, dim3 grid, int dynamic_smem, cudaStream_
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = static_cast<size_t>(dynamic_smem);
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = 1;
+  attributes[1].val.clusterDim.y = static_cast<unsigned>(cluster_y);
+  attributes[1].val.clusterDim.z = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster_y > 1 ? 2 : 1;
   check_cuda(cudaLaunchKernelEx(&config, kernel, args), what);
 }
+
+// TILEATTN_DECODE_SPLIT_MERGE = auto (default) | combine: `combine` merges every split call's
+// partials in the combine kernel, also where a cluster merge applies (for A/B runs and tests of
+// both paths).  Read on every call.
+inline bool cluster_merge_disabled() { return env_choice("TILEATTN_DECODE_SPLIT_MERGE", {"auto", "combine"}) == 1; }
 
 // Split CTAs of one split: batch x row blocks x KV heads.
 inline int64_t split_ctas(const DecodeArgs& args) {
   return static_cast<int64_t>(args.p.fwd.batch) * args.row_blocks * args.p.fwd.num_heads_k;
 }
 
-// The split count the kernel <T, kD, kHalves, kTma, kPages, kNewToken> runs with: the caller's, or
-// the heuristic's.
+// CTAs of the split kernel <...> resident at once when launched in clusters of s, for s in
+// [2, kMaxClusterSplits] (cudaOccupancyMaxActiveClusters x s, counted once on the first device
+// that runs it), or nullptr where the cluster merge does not apply: the register loop, compute
+// capability below 9.0, TILEATTN_DECODE_SPLIT_MERGE=combine.
+template <typename T, int kD, int kHalves, bool kTma, bool kPages, bool kNewToken>
+const int* cluster_resident() {
+  if (!kTma || !programmatic_launch_supported() || cluster_merge_disabled()) return nullptr;
+  prepare_split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>();  // the shared-memory opt-in first
+  static const std::array<int, kMaxClusterSplits + 1> table = [] {
+    std::array<int, kMaxClusterSplits + 1> resident{};
+    for (int s = 2; s <= kMaxClusterSplits; ++s) {
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(1, s, 1);
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = split_dynamic_smem<T, kD, kTma>();
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = 1;
+      attribute.val.clusterDim.y = static_cast<unsigned>(s);
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      check_cuda(cudaOccupancyMaxActiveClusters(&clusters, split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>, &config),
+                 "cudaOccupancyMaxActiveClusters(decode split kernel)");
+      resident[s] = clusters * s;
+    }
+    return resident;
+  }();
+  return table.data();
+}
+
+// The split plan the kernel <T, kD, kHalves, kTma, kPages, kNewToken> runs with: the caller's split
+// count or the heuristic's, and whether the splits merge in a cluster.
 template <typename T, int kD, int kHalves, bool kTma, bool kPages = false, bool kNewToken = false>
-int split_count(const DecodeArgs& args) {
+SplitPlan split_plan(const DecodeArgs& args) {
   constexpr int step = kTma ? TmaRing<T, kD>::kKeys : kChunk;  // keys a warp takes at a time
-  return choose_num_splits(args.num_splits, split_ctas(args),
+  return choose_split_plan(args.num_splits, split_ctas(args),
                            prepare_split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>(),
-                           args.p.fwd.seqlen_k, step);
+                           cluster_resident<T, kD, kHalves, kTma, kPages, kNewToken>(), args.p.fwd.seqlen_k, step);
 }
 
 // The workspace of `splits` partial results: O (splits, B, H, Sq, D) then LSE (splits, B, H, Sq),
@@ -140,8 +185,10 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
   constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
   const auto split = split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>;
-  args.num_splits = split_count<T, kD, kHalves, kTma, kPages, kNewToken>(args);
-  const PartialLayout layout = partial_layout(args.num_splits, f);
+  const SplitPlan plan = split_plan<T, kD, kHalves, kTma, kPages, kNewToken>(args);
+  args.num_splits = plan.splits;
+  args.cluster_merge = plan.cluster;  // no partials, no combine kernel (cluster_merge.cuh)
+  const PartialLayout layout = partial_layout(args.cluster_merge ? 1 : args.num_splits, f);
   if (args.p.workspace != nullptr && args.p.workspace_bytes < layout.bytes) {
     throw Error(ErrorCode::kInvalidArgument, "workspace",
                 "the call needs " + std::to_string(layout.bytes) + " bytes of workspace, got " +
@@ -152,8 +199,9 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
                         "decode append kernel launch");
   }
   const dim3 grid(static_cast<unsigned>(split_ctas(args)), args.num_splits);
-  if (args.num_splits == 1) {
-    launch_programmatic(split, grid, dynamic_smem, stream, args, "decode split kernel launch");
+  if (args.num_splits == 1 || args.cluster_merge) {
+    launch_programmatic(split, grid, dynamic_smem, stream, args, "decode split kernel launch",
+                        args.cluster_merge ? args.num_splits : 1);
     return;
   }
   std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the combine
@@ -173,12 +221,12 @@ template <typename T>
 int64_t workspace_bytes(const DecodeArgs& args) {
   return with_bucket(args, [&](auto bucket) {
     using B = decltype(bucket);
-    int splits = split_count<T, B::kD, B::kHalves, false>(args);
+    int splits = split_plan<T, B::kD, B::kHalves, false>(args).splits;
     if (args.tma && args.p.fwd.head_dim == B::kD) {
-      splits = std::max({splits, split_count<T, B::kD, B::kHalves, true, false>(args),
-                         split_count<T, B::kD, B::kHalves, true, true>(args),
-                         split_count<T, B::kD, B::kHalves, true, false, true>(args),
-                         split_count<T, B::kD, B::kHalves, true, true, true>(args)});
+      splits = std::max({splits, split_plan<T, B::kD, B::kHalves, true, false>(args).splits,
+                         split_plan<T, B::kD, B::kHalves, true, true>(args).splits,
+                         split_plan<T, B::kD, B::kHalves, true, false, true>(args).splits,
+                         split_plan<T, B::kD, B::kHalves, true, true, true>(args).splits});
     }
     return partial_layout(splits, args.p.fwd).bytes;
   });

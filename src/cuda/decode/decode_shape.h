@@ -17,6 +17,10 @@ constexpr int kThreads = kWarps * 32;
 // More splits than this only add combine work: 128 x 8 KV heads already fills 132 SMs 7 times.
 constexpr int kMaxSplits = 128;
 
+// Most splits that merge inside a thread-block cluster instead of the combine kernel
+// (cluster_merge.cuh): 8 is the largest portable cluster size, which every sm90 part schedules.
+constexpr int kMaxClusterSplits = 8;
+
 // Keys a warp's TMA block holds (tma_block_loop.cuh): 4 KB of K and 4 KB of V up to d128 (d64 32
 // keys, d128 16), 16 keys (8 KB each) at d256; 16 is the k of P V's m16n8k16.
 TILEATTN_HOST_DEVICE constexpr int tma_block_keys(int head_dim) { return head_dim <= 128 ? 2048 / head_dim : 16; }

@@ -28,24 +28,61 @@ namespace tileattn::cuda::decode {
 // +2%; docs/perf-log.md).  `step`: the keys of a chunk (16 for the register loop, the TMA loop's
 // block size for it).
 constexpr int kFixedChunks = 2;
+// A split CTA's fixed cost when the splits merge inside a cluster (cluster_merge.cuh): no partial
+// stores and no combine kernel after the grid.  Measured on the H200 (perf log, session 35): 16 x 2k
+// at 2 splits, 40.1 -> 37.3 us a call, 2.8 us saved of the ~4 us that kFixedChunks' 2 chunks of ~2
+// us stand for, so one chunk.
+constexpr int kFixedClusterChunks = 1;
 
-inline int choose_num_splits(int requested, int64_t ctas, int resident, int seqlen_k, int step) {
+// How a call splits its keys: `splits` CTAs per (sequence, KV head, row block), merged inside a
+// cluster (`cluster`) or by the combine kernel.
+struct SplitPlan {
+  int splits;
+  bool cluster;
+};
+
+// cluster_resident: nullptr when the cluster merge does not apply (the register loop, compute
+// capability below 9.0, TILEATTN_DECODE_SPLIT_MERGE=combine); else cluster_resident[s] for s in
+// [2, kMaxClusterSplits] is how many CTAs run at once in clusters of s (cudaOccupancyMaxActiveClusters
+// x s: on the H200 at two CTAs an SM 264 for s = 2, but 248 for 4 and 240 for 8, a GPC's SMs
+// not dividing evenly).  A split count takes the cluster merge when that is no more costly than the
+// combine: the same model with kFixedClusterChunks and the clusters' waves, so 8 x 8 KV heads at 4
+// splits (64 clusters of 4, 62 resident: a second wave, -25% measured) keeps the combine kernel.
+// The combine and the cluster merge give the same bits (cluster_merge.cuh), so the choice, which
+// depends on the batch, keeps a fixed num_splits batch-invariant.
+inline SplitPlan choose_split_plan(int requested, int64_t ctas, int resident, const int* cluster_resident, int seqlen_k,
+                                   int step) {
   const int chunks = std::max(1, (seqlen_k + step - 1) / step);
-  if (requested > 0) return std::min({requested, kMaxSplits, chunks});
+  auto waves = [&](int splits, int64_t slots) { return (ctas * splits + slots - 1) / slots; };
+  auto cluster_fits = [&](int splits) {
+    return cluster_resident != nullptr && splits >= 2 && splits <= kMaxClusterSplits && cluster_resident[splits] > 0;
+  };
+  if (requested > 0) {
+    const int splits = std::min({requested, kMaxSplits, chunks});
+    return {splits, cluster_fits(splits) && waves(splits, cluster_resident[splits]) <= waves(splits, resident)};
+  }
   // Unsplit CTAs that already fill their waves to 90% (batch >= 32 x 8 KV heads) stay whole: the
   // model's gain from finer waves there is a few percent, less than it can resolve.
   const int64_t unsplit_waves = (ctas + resident - 1) / resident;
-  if (ctas >= 0.9 * unsplit_waves * resident) return 1;
+  if (ctas >= 0.9 * unsplit_waves * resident) return {1, false};
   const int useful = std::max(1, std::min(kMaxSplits, chunks / kWarps));
-  int best = 1;
+  SplitPlan best{1, false};
   int64_t best_cost = INT64_MAX;
   for (int splits = 1; splits <= useful; ++splits) {
-    const int64_t waves = (ctas * splits + resident - 1) / resident;
     const int64_t busiest_warp = (chunks + int64_t{splits} * kWarps - 1) / (int64_t{splits} * kWarps);
-    const int64_t cost = waves * (busiest_warp + kFixedChunks);
-    if (cost < best_cost) best = splits, best_cost = cost;
+    const int64_t combine_cost = waves(splits, resident) * (busiest_warp + kFixedChunks);
+    if (combine_cost < best_cost) best = {splits, false}, best_cost = combine_cost;
+    if (cluster_fits(splits)) {
+      const int64_t cluster_cost = waves(splits, cluster_resident[splits]) * (busiest_warp + kFixedClusterChunks);
+      if (cluster_cost < best_cost) best = {splits, true}, best_cost = cluster_cost;
+    }
   }
   return best;
+}
+
+// The split count alone, for a loop without the cluster merge.
+inline int choose_num_splits(int requested, int64_t ctas, int resident, int seqlen_k, int step) {
+  return choose_split_plan(requested, ctas, resident, nullptr, seqlen_k, step).splits;
 }
 
 }  // namespace tileattn::cuda::decode

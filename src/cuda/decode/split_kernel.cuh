@@ -17,6 +17,7 @@
 #include <climits>
 
 #include "cuda/decode/append_kernel.cuh"
+#include "cuda/decode/cluster_merge.cuh"
 #include "cuda/decode/decode_args.h"
 #include "cuda/decode/elements.cuh"
 #include "cuda/decode/register_loop.cuh"
@@ -26,14 +27,16 @@
 namespace tileattn::cuda::decode {
 
 // The warps' O merge in two halves (warps 0 + 2 into o[0], 1 + 3 into o[1]): two CTA barriers
-// instead of one per warp, in a fixed order.  41 KB at D = 256, under the 48 KB of static shared
-// memory.
+// instead of one per warp, in a fixed order.  split_weight: the cluster merge's weight of each
+// split's O (cluster_merge.cuh).  42 KB at D = 256, under the 48 KB of static shared memory.
 template <int kD>
 struct SplitSmem {
   uint4 q_frag[kD / 16][32];    // Q as mma A fragments: [k16 step][lane]
   float o[2][kRows][kD + 4];    // o[0]: first the rotated Q rows in float; then the merged halves
   float m[kWarps][kRows], l[kWarps][kRows];
   float row_max[kRows], row_sum[kRows], row_scale[kRows];
+  float split_weight[kMaxClusterSplits][kRows];
+  bool row_poisoned[kRows];
 };
 
 // kHalves = 1 when a CTA has at most 8 query rows (GQA groups up to 8 with one new token: every
@@ -286,6 +289,16 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   if (warp < 2) merge(true);
   __syncthreads();
 
+  // The splits of a cluster launch (args.cluster_merge: the TMA loop, 2-8 splits) merge in
+  // distributed shared memory and write out and lse themselves; no partials, no combine kernel.
+  if (kTma && args.cluster_merge) {
+    merge_splits_in_cluster<T, kD>(args, sm, seq.ok, b, rows_here, head_of, qrow_of);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (after_append) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    return;
+  }
+
   // out = O / l and lse = ln 2 (M + log2 l); a row that saw no key gets 0 and +inf (-inf for a
   // split's partial, which the combine skips); an invalid sequence gets NaN, and NaN scores (a NaN
   // input, a page that does not exist) NaN through the row sum.  Four dims a thread, a float4
@@ -301,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int d = d0 + c;  // < kD: kD is a multiple of 64
-      x[c] = !seq.ok ? CUDART_NAN_F : scale == 0.0f ? 0.0f : (sm.o[0][r][d] + sm.o[1][r][d]) * scale;
+      x[c] = split_partial_o(seq.ok, scale, sm.o[0][r][d] + sm.o[1][r][d]);
     }
     if (final_output) {
       T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride;
@@ -324,11 +337,10 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   }
   if (threadIdx.x < rows_here) {
     const int r = threadIdx.x, h = head_of(r), i = qrow_of(r);
-    const float sum = sm.row_sum[r];
-    const float empty = final_output ? CUDART_INF_F : -CUDART_INF_F;
-    const float lse = !seq.ok ? CUDART_NAN_F : sum == 0.0f ? empty : (sm.row_max[r] + log2f(sum)) * kLn2;
+    // A split's LSE is -inf when it saw no key; the output's +inf.
+    const float lse = split_partial_lse(seq.ok, sm.row_max[r], sm.row_sum[r]);
     if (final_output) {
-      f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse;
+      f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse == -CUDART_INF_F ? CUDART_INF_F : lse;
     } else {
       args.lse_partial[split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i] = lse;
     }
