@@ -105,32 +105,36 @@ inline int64_t split_ctas(const DecodeArgs& args) {
 // [2, kMaxClusterSplits] (cudaOccupancyMaxActiveClusters x s, counted once on the first device
 // that runs it), or nullptr where the cluster merge does not apply: the register loop, compute
 // capability below 9.0, TILEATTN_DECODE_SPLIT_MERGE=combine.
+// Call after prepare_split_kernel (the shared-memory opt-in the occupancy query needs).
 template <typename T, int kD, int kHalves, bool kTma, bool kPages, bool kNewToken>
 const int* cluster_resident() {
-  if (!kTma || !programmatic_launch_supported() || cluster_merge_disabled()) return nullptr;
-  prepare_split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>();  // the shared-memory opt-in first
-  static const std::array<int, kMaxClusterSplits + 1> table = [] {
-    std::array<int, kMaxClusterSplits + 1> resident{};
-    for (int s = 2; s <= kMaxClusterSplits; ++s) {
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(1, s, 1);
-      config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = split_dynamic_smem<T, kD, kTma>();
-      cudaLaunchAttribute attribute{};
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = 1;
-      attribute.val.clusterDim.y = static_cast<unsigned>(s);
-      attribute.val.clusterDim.z = 1;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-      int clusters = 0;
-      check_cuda(cudaOccupancyMaxActiveClusters(&clusters, split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>, &config),
-                 "cudaOccupancyMaxActiveClusters(decode split kernel)");
-      resident[s] = clusters * s;
-    }
-    return resident;
-  }();
-  return table.data();
+  if constexpr (!kTma) {
+    return nullptr;  // the register loop: no clusters
+  } else {
+    if (!programmatic_launch_supported() || cluster_merge_disabled()) return nullptr;
+    static const std::array<int, kMaxClusterSplits + 1> table = [] {
+      std::array<int, kMaxClusterSplits + 1> resident{};
+      for (int s = 2; s <= kMaxClusterSplits; ++s) {
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(1, s, 1);
+        config.blockDim = dim3(kThreads);
+        config.dynamicSmemBytes = split_dynamic_smem<T, kD, kTma>();
+        cudaLaunchAttribute attribute{};
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = 1;
+        attribute.val.clusterDim.y = static_cast<unsigned>(s);
+        attribute.val.clusterDim.z = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        int clusters = 0;
+        check_cuda(cudaOccupancyMaxActiveClusters(&clusters, split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>, &config),
+                   "cudaOccupancyMaxActiveClusters(decode split kernel)");
+        resident[s] = clusters * s;
+      }
+      return resident;
+    }();
+    return table.data();
+  }
 }
 
 // The split plan the kernel <T, kD, kHalves, kTma, kPages, kNewToken> runs with: the caller's split
@@ -138,8 +142,8 @@ const int* cluster_resident() {
 template <typename T, int kD, int kHalves, bool kTma, bool kPages = false, bool kNewToken = false>
 SplitPlan split_plan(const DecodeArgs& args) {
   constexpr int step = kTma ? TmaRing<T, kD>::kKeys : kChunk;  // keys a warp takes at a time
-  return choose_split_plan(args.num_splits, split_ctas(args),
-                           prepare_split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>(),
+  const int resident = prepare_split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>();
+  return choose_split_plan(args.num_splits, split_ctas(args), resident,
                            cluster_resident<T, kD, kHalves, kTma, kPages, kNewToken>(), args.p.fwd.seqlen_k, step);
 }
 
