@@ -45,15 +45,19 @@ struct SplitPlan {
 // capability below 9.0, TILEATTN_DECODE_SPLIT_MERGE=combine); else cluster_resident[s] for s in
 // [2, kMaxClusterSplits] is how many CTAs run at once in clusters of s (cudaOccupancyMaxActiveClusters
 // x s: on the H200 at two CTAs an SM 264 for s = 2, but 248 for 4 and 240 for 8, a GPC's SMs
-// not dividing evenly).  A split count takes the cluster merge when that is no more costly than the
-// combine: the same model with kFixedClusterChunks and the clusters' waves, so 8 x 8 KV heads at 4
-// splits (64 clusters of 4, 62 resident: a second wave, -25% measured) keeps the combine kernel.
+// not dividing evenly).  The cluster merge is costed by the same model with kFixedClusterChunks and
+// the clusters' waves, and taken only where strictly cheaper than the combine's best count: 8 x 8
+// KV heads at 4 splits (64 clusters of 4, 62 resident: a second wave, -25% measured) keeps the
+// combine kernel.
 // The combine and the cluster merge give the same bits (cluster_merge.cuh), so the choice, which
 // depends on the batch, keeps a fixed num_splits batch-invariant.
 inline SplitPlan choose_split_plan(int requested, int64_t ctas, int resident, const int* cluster_resident, int seqlen_k,
                                    int step) {
   const int chunks = std::max(1, (seqlen_k + step - 1) / step);
   auto waves = [&](int splits, int64_t slots) { return (ctas * splits + slots - 1) / slots; };
+  auto busiest_warp = [&](int splits) {
+    return (chunks + int64_t{splits} * kWarps - 1) / (int64_t{splits} * kWarps);
+  };
   auto cluster_fits = [&](int splits) {
     return cluster_resident != nullptr && splits >= 2 && splits <= kMaxClusterSplits && cluster_resident[splits] > 0;
   };
@@ -66,16 +70,20 @@ inline SplitPlan choose_split_plan(int requested, int64_t ctas, int resident, co
   const int64_t unsplit_waves = (ctas + resident - 1) / resident;
   if (ctas >= 0.9 * unsplit_waves * resident) return {1, false};
   const int useful = std::max(1, std::min(kMaxSplits, chunks / kWarps));
+  // The combine's best count first, then a cluster count only where strictly cheaper: the model
+  // resolves a chunk, and on a tie the cluster's count is the smaller one, with fewer warps in
+  // flight (4 x 8 KV heads x 2k: 7 splits in clusters 18.3 us, 8 splits and the combine 15.7 us,
+  // session 36; both cost 6 chunks in the model).
   SplitPlan best{1, false};
   int64_t best_cost = INT64_MAX;
   for (int splits = 1; splits <= useful; ++splits) {
-    const int64_t busiest_warp = (chunks + int64_t{splits} * kWarps - 1) / (int64_t{splits} * kWarps);
-    const int64_t combine_cost = waves(splits, resident) * (busiest_warp + kFixedChunks);
-    if (combine_cost < best_cost) best = {splits, false}, best_cost = combine_cost;
-    if (cluster_fits(splits)) {
-      const int64_t cluster_cost = waves(splits, cluster_resident[splits]) * (busiest_warp + kFixedClusterChunks);
-      if (cluster_cost < best_cost) best = {splits, true}, best_cost = cluster_cost;
-    }
+    const int64_t cost = waves(splits, resident) * (busiest_warp(splits) + kFixedChunks);
+    if (cost < best_cost) best = {splits, false}, best_cost = cost;
+  }
+  for (int splits = 2; splits <= std::min(useful, kMaxClusterSplits); ++splits) {
+    if (!cluster_fits(splits)) continue;
+    const int64_t cost = waves(splits, cluster_resident[splits]) * (busiest_warp(splits) + kFixedClusterChunks);
+    if (cost < best_cost) best = {splits, true}, best_cost = cost;
   }
   return best;
 }
