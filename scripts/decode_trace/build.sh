@@ -7,6 +7,8 @@
 # the three decode objects from a copy of this checkout's sources with the patch applied (~70 s on
 # 2 cores; all three, as the patch adds a field to DecodeArgs, which the host side and the kernels
 # must agree on) and links them with the rest of BUILD_DIR (default build-final2).
+# Calls whose splits merge in a cluster (no combine kernel) print nothing: trace with
+# TILEATTN_DECODE_SPLIT_MERGE=combine.
 # Session 19 found with it that a 1 x 2k call's split CTAs spend 1.3 us on the sequence's bounds
 # before their first request, and what the combine's 2 us are made of (perf log).
 # Usage (repo root): bash scripts/decode_trace/build.sh
