@@ -1,0 +1,251 @@
+// How fast one SM can pull a stream from HBM, by load path: the question behind the decode's mid
+// batches (docs/cuda-decode.md, "Next").  Unsplit with the TMA loop, 8 x 32k (64 CTAs, one an SM)
+// streamed ~34 GB/s a CTA and two CTAs an SM ~33 GB/s an SM, while 64 SMs could draw 4.8 TB/s /
+// 64 = 75 GB/s each from HBM; a third TMA stage changed nothing (session 36).  This streams a
+// 2 GiB buffer (40x the L2) once, each CTA its own contiguous slice, each of its 4 warps every 4th
+// piece of it (the decode's order), through one of:
+//   tma    a warp's ring of `stages` boxes of `rows` x 128 B (one 64-dim bf16 slab, 128-byte
+//          swizzle, L2 evict_first), lane 0 re-arming a stage once the warp has read it;
+//   bulk   the same ring filled by cp.async.bulk (1-D, no tensor map), `rows` x 128 B a stage;
+//   async  the same ring filled by cp.async 16 B a lane (LDGSTS, what cuDNN's decode uses);
+//   ldg    no ring: each lane keeps `stages` pieces' 16-byte ld.global.nc loads in flight (16 rows);
+// and prints GB/s in all and per SM used (the CTAs' %smid), with 64, 132 or 264 CTAs placed one or
+// two an SM (padding shared memory so no more fit).  A warp reads 16 B a lane of each piece it
+// consumes, so every path ends in the same XOR the compiler cannot drop.
+// Build here, run on the GPU machine:
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -o build-final2/sm_intake bench/gpu/sm_intake.cu
+//   ./build-final2/sm_intake            (about 20 s; one line per configuration)
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <vector>
+
+#include "cuda/decode/tma_ring.cuh"
+
+using namespace tileattn::cuda::decode;
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxStages = 8;
+constexpr int64_t kBufferBytes = int64_t{2} << 30;
+constexpr int kRowBytes = 128;
+
+enum Path { kTma, kBulk, kAsync, kLdg };
+const char* path_name(int p) { return p == kTma ? "tma" : p == kBulk ? "bulk" : p == kAsync ? "async" : "ldg"; }
+
+#define CHECK(call)                                                                                  \
+  do {                                                                                               \
+    cudaError_t e_ = (call);                                                                         \
+    if (e_ != cudaSuccess) {                                                                         \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
+  } while (0)
+
+struct Config {
+  int path, rows, stages;  // rows: 128-byte rows a piece (a stage); ldg: `stages` loads a lane in flight
+  int64_t rows_per_cta;
+};
+
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_address(dst)),
+      "l"(src), "r"(bytes), "r"(smem_address(bar)), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(dst)), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ uint4 ldg_16(const void* src) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(src));
+  return v;
+}
+
+// Pieces of `rows` rows: warp w of a CTA takes pieces w, w + 4, ... of the CTA's slice.
+__global__ void __launch_bounds__(kWarps * 32) stream(const __grid_constant__ CUtensorMap map, const unsigned char* buf,
+                                                      Config c, uint32_t* sink, int* smid) {
+  extern __shared__ unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) asm volatile("mov.u32 %0, %%smid;" : "=r"(smid[blockIdx.x]));
+  const int64_t row0 = blockIdx.x * c.rows_per_cta;
+  const int64_t pieces = c.rows_per_cta / c.rows;
+  const int piece_bytes = c.rows * kRowBytes;
+  uint4 acc = make_uint4(0, 0, 0, 0);
+  auto fold = [&](uint4 v) { acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w; };
+  if (c.path == kLdg) {
+    // Pieces of 16 rows: a lane reads 16 B of each 512 B, 4 loads a piece; `stages` pieces' loads
+    // are all issued before the first is folded.
+    for (int64_t p = warp; p < pieces; p += kWarps * int64_t{c.stages}) {
+      uint4 v[kMaxStages][4];
+#pragma unroll
+      for (int s = 0; s < kMaxStages; ++s) {
+        const int64_t q = p + s * kWarps;
+        const unsigned char* base = buf + (row0 + q * c.rows) * kRowBytes + lane * 16;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[s][k] = s < c.stages && q < pieces ? ldg_16(base + 512 * k) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int s = 0; s < kMaxStages; ++s) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) fold(v[s][k]);
+      }
+    }
+    if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678u) sink[blockIdx.x] = acc.y;
+    return;
+  }
+  // The 128-byte swizzle needs 1024-byte aligned stages (the launch adds 1 KB for this).
+  unsigned char* const aligned = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem) + 1023) & ~uintptr_t{1023});
+  unsigned char* ring = aligned + warp * c.stages * piece_bytes;
+  __shared__ uint64_t full[kWarps][kMaxStages];
+  const uint64_t policy = l2_evict_first_policy();
+  auto request = [&](int64_t i) {  // the warp's i-th piece into stage i % stages
+    const int64_t p = warp + i * kWarps;
+    if (p >= pieces) return;
+    unsigned char* dst = ring + (i % c.stages) * piece_bytes;
+    const int64_t row = row0 + p * c.rows;
+    if (c.path == kAsync) {
+      for (int o = lane * 16; o < piece_bytes; o += 512) async_16(dst + o, buf + row * kRowBytes + o);
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      return;
+    }
+    if (lane != 0) return;
+    uint64_t* bar = &full[warp][i % c.stages];
+    fence_proxy_async();
+    mbarrier_arrive_expect_tx(bar, piece_bytes);
+    if (c.path == kTma) {
+      tma_load_4d(&map, dst, bar, 0, static_cast<int>(row), 0, 0, policy);
+    } else {
+      bulk_load(dst, buf + row * kRowBytes, piece_bytes, bar, policy);
+    }
+  };
+  if (lane == 0) {
+    for (int s = 0; s < c.stages; ++s) mbarrier_init(&full[warp][s], 1);
+    fence_barrier_init();
+  }
+  __syncwarp();
+  for (int s = 0; s < c.stages; ++s) request(s);
+  const int64_t mine = pieces > warp ? (pieces - warp + kWarps - 1) / kWarps : 0;
+  for (int64_t i = 0; i < mine; ++i) {
+    const unsigned char* stage = ring + (i % c.stages) * piece_bytes;
+    if (c.path == kAsync) {
+      // Groups complete in order: at most stages - 1 younger ones may still be in flight.
+      const int64_t younger = mine - 1 - i < c.stages - 1 ? mine - 1 - i : c.stages - 1;
+      switch (younger) {
+        case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+        case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+        case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+        case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+        case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+        case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+        case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+      }
+      __syncwarp();
+    } else {
+      mbarrier_wait(&full[warp][i % c.stages], static_cast<uint32_t>((i / c.stages) & 1));
+    }
+    for (int o = lane * 16; o < piece_bytes; o += 512) fold(*reinterpret_cast<const uint4*>(stage + o));
+    __syncwarp();
+    request(i + c.stages);
+  }
+  if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678u) sink[blockIdx.x] = acc.y;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+    std::exit(1);
+  }
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+}
+
+// The buffer as bf16 rows of 64 (128 B), boxes of `rows` rows, 128-byte swizzle (the decode's).
+CUtensorMap row_map(void* buf, int rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {64, static_cast<cuuint64_t>(kBufferBytes / kRowBytes), 1, 1};
+  const cuuint64_t strides[3] = {kRowBytes, static_cast<cuuint64_t>(kBufferBytes), static_cast<cuuint64_t>(kBufferBytes)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(rows), 1, 1}, unit[4] = {1, 1, 1, 1};
+  const CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, buf, dims, strides, box, unit,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "tensor map encode failed (%d) for %d rows\n", static_cast<int>(r), rows);
+    std::exit(1);
+  }
+  return map;
+}
+
+}  // namespace
+
+int main() {
+  int sms = 0, smem_per_sm = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  unsigned char* buf = nullptr;
+  uint32_t* sink = nullptr;
+  int* smid = nullptr;
+  CHECK(cudaMalloc(&buf, kBufferBytes));
+  CHECK(cudaMemset(buf, 1, kBufferBytes));
+  CHECK(cudaMalloc(&sink, 4096 * sizeof(uint32_t)));
+  CHECK(cudaMalloc(&smid, 4096 * sizeof(int)));
+  CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  std::printf("path,rows,stages,ctas,per_sm,sms_used,bytes,us,gbs,gbs_per_sm\n");
+  struct Shape {
+    int path, rows, stages;
+  };
+  const std::vector<Shape> shapes = {
+      {kTma, 16, 2},  {kTma, 16, 4},  {kTma, 16, 8},   {kTma, 32, 2},   {kTma, 64, 2},    {kTma, 128, 2},
+      {kBulk, 16, 2}, {kBulk, 16, 4}, {kBulk, 64, 2},  {kBulk, 128, 2}, {kAsync, 16, 2},  {kAsync, 16, 4},
+      {kAsync, 64, 2}, {kLdg, 16, 2}, {kLdg, 16, 4},   {kLdg, 16, 8}};
+  for (const Shape& s : shapes) {
+    const CUtensorMap map = row_map(buf, s.rows);
+    for (int ctas : {64, sms, 2 * sms}) {
+      for (int per_sm : {1, 2}) {
+        if (ctas > per_sm * sms) continue;
+        const int ring = s.path == kLdg ? 0 : kWarps * s.stages * s.rows * kRowBytes + 1024;
+        // Pad the shared memory so at most per_sm CTAs share an SM (1 KB a CTA is the system's).
+        const int pad = smem_per_sm / (per_sm + 1) + 1024;
+        const int dynamic = ring > pad ? ring : pad;
+        if (per_sm * (dynamic + 2048) > smem_per_sm || dynamic > (200 << 10)) continue;
+        Config c{s.path, s.rows, s.stages, 0};
+        c.rows_per_cta = kBufferBytes / kRowBytes / ctas / (s.rows * kWarps) * (s.rows * kWarps);
+        for (int rep = 0; rep < 2; ++rep) {  // the first run is a warm-up
+          CHECK(cudaEventRecord(start));
+          stream<<<ctas, kWarps * 32, dynamic>>>(map, buf, c, sink, smid);
+          CHECK(cudaEventRecord(stop));
+          CHECK(cudaEventSynchronize(stop));
+          CHECK(cudaGetLastError());
+        }
+        float ms = 0.0f;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        std::vector<int> ids(ctas);
+        CHECK(cudaMemcpy(ids.data(), smid, ctas * sizeof(int), cudaMemcpyDeviceToHost));
+        const std::set<int> used(ids.begin(), ids.end());
+        const double bytes = static_cast<double>(c.rows_per_cta) * kRowBytes * ctas;
+        const double gbs = bytes / (ms * 1e6);
+        std::printf("%s,%d,%d,%d,%d,%zu,%.0f,%.1f,%.0f,%.1f\n", path_name(s.path), s.rows, s.stages, ctas, per_sm,
+                    used.size(), bytes, ms * 1e3, gbs, gbs / used.size());
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
