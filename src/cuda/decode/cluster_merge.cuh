@@ -13,35 +13,28 @@
 
 #include <math_constants.h>
 
+#include <cute/arch/cluster_sm90.hpp>
+
 #include "cuda/decode/decode_args.h"
 #include "cuda/decode/elements.cuh"
 #include "cuda/decode/split_partial.cuh"
+#include "cuda/decode/tma_ring.cuh"  // smem_address
 
 namespace tileattn::cuda::decode {
 
 // Every thread of every CTA of the cluster arrives, then waits for all: release/acquire, so the
-// shared-memory writes before it are visible to the peers' reads after it.
+// shared-memory writes before it are visible to the peers' reads after it.  cute::cluster_sync
+// issues the same barrier without a "memory" clobber, which leaves the compiler free to move
+// plain shared-memory stores across it.
 __device__ __forceinline__ void cluster_barrier() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
 
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t rank = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-#endif
-  return rank;
-}
-
 // The address of `p` (this CTA's shared memory) in the shared memory of cluster CTA `rank`.
 __device__ __forceinline__ uint32_t peer_address(const void* p, uint32_t rank) {
-  uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(address) : "r"(rank));
-#endif
-  return address;
+  return cute::set_block_rank(smem_address(p), rank);
 }
 
 __device__ __forceinline__ float load_peer(uint32_t address) {
@@ -76,7 +69,7 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& args, 
                                                         int rows_here, HeadOf head_of, QrowOf qrow_of) {
   const tileattn_fwd_params& f = args.p.fwd;
   const int splits = args.num_splits;  // the cluster's size
-  const uint32_t rank = cluster_rank();
+  const uint32_t rank = cute::block_rank_in_cluster();
   cluster_barrier();  // every split's (max, sum, scale, O) is in its shared memory
   if (threadIdx.x < rows_here) {
     const int r = threadIdx.x;
