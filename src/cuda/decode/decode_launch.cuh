@@ -64,8 +64,18 @@ inline bool programmatic_launch_supported() {
   return supported;
 }
 
-// cluster_y > 1 (compute capability 9.0 only): the grid's CTAs go in clusters of (1, cluster_y, 1),
-// the splits of one (sequence, KV head, row block) together (cluster_merge.cuh).
+// Clusters of (1, cluster_y, 1): the splits of one (sequence, KV head, row block) together
+// (cluster_merge.cuh).  The launch and the occupancy query (cluster_resident) take the same one.
+inline cudaLaunchAttribute split_cluster_attribute(int cluster_y) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = static_cast<unsigned>(cluster_y);
+  attribute.val.clusterDim.z = 1;
+  return attribute;
+}
+
+// cluster_y > 1 (compute capability 9.0 only): the grid's CTAs go in clusters of (1, cluster_y, 1).
 template <typename Kernel>
 void launch_programmatic(Kernel kernel, dim3 grid, int dynamic_smem, cudaStream_t stream, const DecodeArgs& args,
                          const char* what, int cluster_y = 1) {
@@ -82,10 +92,7 @@ void launch_programmatic(Kernel kernel, dim3 grid, int dynamic_smem, cudaStream_
   cudaLaunchAttribute attributes[2]{};
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attributes[0].val.programmaticStreamSerializationAllowed = 1;
-  attributes[1].id = cudaLaunchAttributeClusterDimension;
-  attributes[1].val.clusterDim.x = 1;
-  attributes[1].val.clusterDim.y = static_cast<unsigned>(cluster_y);
-  attributes[1].val.clusterDim.z = 1;
+  attributes[1] = split_cluster_attribute(cluster_y);
   config.attrs = attributes;
   config.numAttrs = cluster_y > 1 ? 2 : 1;
   check_cuda(cudaLaunchKernelEx(&config, kernel, args), what);
@@ -119,11 +126,7 @@ const int* cluster_resident() {
         config.gridDim = dim3(1, s, 1);
         config.blockDim = dim3(kThreads);
         config.dynamicSmemBytes = split_dynamic_smem<T, kD, kTma>();
-        cudaLaunchAttribute attribute{};
-        attribute.id = cudaLaunchAttributeClusterDimension;
-        attribute.val.clusterDim.x = 1;
-        attribute.val.clusterDim.y = static_cast<unsigned>(s);
-        attribute.val.clusterDim.z = 1;
+        cudaLaunchAttribute attribute = split_cluster_attribute(s);
         config.attrs = &attribute;
         config.numAttrs = 1;
         int clusters = 0;
