@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cuda/decode/tma_ring.cuh"
+#include "cuda/tensor_map_encoder.h"
 
 using namespace tileattn::cuda::decode;
 
@@ -163,24 +164,18 @@ __global__ void __launch_bounds__(kWarps * 32) stream(const __grid_constant__ CU
   if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678u) sink[blockIdx.x] = acc.y;
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-  if (found != cudaDriverEntryPointSuccess || fn == nullptr) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
-    std::exit(1);
-  }
-  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-}
-
 // The buffer as bf16 rows of 64 (128 B), boxes of `rows` rows, 128-byte swizzle (the decode's).
 CUtensorMap row_map(void* buf, int rows) {
   CUtensorMap map{};
   const cuuint64_t dims[4] = {64, static_cast<cuuint64_t>(kBufferBytes / kRowBytes), 1, 1};
   const cuuint64_t strides[3] = {kRowBytes, static_cast<cuuint64_t>(kBufferBytes), static_cast<cuuint64_t>(kBufferBytes)};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(rows), 1, 1}, unit[4] = {1, 1, 1, 1};
-  const CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, buf, dims, strides, box, unit,
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tileattn::cuda::tensor_map_encoder();
+  if (encode == nullptr) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+    std::exit(1);
+  }
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, buf, dims, strides, box, unit,
                                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {

@@ -17,6 +17,7 @@
 #include "cuda/decode/decode_launch.h"
 #include "cuda/device_checks.h"
 #include "cuda/kernel_family.h"
+#include "cuda/tensor_map_encoder.h"
 
 namespace tileattn {
 namespace {
@@ -27,20 +28,6 @@ bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, i
          head_stride % 8 == 0;
 }
 
-// cuTensorMapEncodeTiled from the driver, looked up once (the library links only the runtime).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    const cudaError_t status =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
-    return status == cudaSuccess && found == cudaDriverEntryPointSuccess
-               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
-               : nullptr;
-  }();
-  return encode;
-}
-
 // The cache (units, rows, Hk, D) as the 4-D tensor (D, Hk, rows, units) that a TMA box of
 // (64, 1, box_keys, 1) reads one 128-byte column slab of box_keys keys of one KV head from, with the
 // 128-byte swizzle (tma_block_loop.cuh reads the slabs with ldmatrix) and no L2 promotion (a
@@ -49,7 +36,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 bool encode_cache_map(CUtensorMap* map, const void* base, CUtensorMapDataType dtype, int head_dim, int heads_k,
                       int64_t rows, int64_t units, int64_t head_stride, int64_t row_stride, int64_t unit_stride,
                       int box_keys) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = cuda::tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads_k),
                               static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(units)};
