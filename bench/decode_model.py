@@ -13,13 +13,14 @@ fixed 5, combine 3, a mean error of 3.6% and at most 12%.
 
     python3 bench/decode_model.py --csv bench/results/h200-decode-fixed-splits-tma-2026-12-03.csv
     python3 bench/decode_model.py --csv ... --what-if cta_rate=48 sm_rate=60 slots=3
+    python3 bench/decode_model.py --csv ... --balanced 2     (equal shares across pairs, 2 us a pair)
 """
 import argparse
 import csv
 import dataclasses
 import itertools
 
-KEY_BYTES = 512  # K and V of one key at 8 KV heads x d128, bf16
+KEY_BYTES = 512  # K and V of one key of one KV head at d128, bf16
 KV_HEADS = 8
 
 
@@ -35,9 +36,33 @@ class Rates:
 
 
 def call_us(batch, keys, splits, r=Rates()):
-    """The modelled time of one call, in us, by stepping the CTAs' phases to each next event."""
-    mb_per_cta = keys * KEY_BYTES / splits / 1e6
-    waiting = batch * KV_HEADS * splits
+    """The modelled time of one call, in us: batch x KV heads x splits CTAs of equal shares."""
+    us = grid_us(batch * KV_HEADS * splits, keys * KEY_BYTES / splits / 1e6, r)
+    return us + (r.combine if splits > 1 else 0.0)
+
+
+def balanced_us(batch, keys, r=Rates(), segment=2.0):
+    """A grid of one or `slots` CTAs an SM, each streaming an equal share of all (sequence, KV
+    head) pairs' keys laid end to end, so a CTA's share may span pairs: each pair after its first
+    costs `segment` us more (its bounds, Q and merge), and the partials always go through the
+    combine.  The best over 1..slots CTAs an SM, in us."""
+    pair_mb = keys * KEY_BYTES / 1e6
+    total_mb = batch * KV_HEADS * pair_mb
+    best = None
+    for per_sm in range(1, r.slots + 1):
+        ctas = per_sm * r.sms
+        share = total_mb / ctas
+        pairs = -(-share // pair_mb) + 1 if share % pair_mb else share // pair_mb  # most a share touches
+        spanned = dataclasses.replace(r, fixed=r.fixed + segment * (pairs - 1))
+        us = grid_us(ctas, share, spanned) + r.combine
+        best = us if best is None else min(best, us)
+    return best
+
+
+def grid_us(ctas, mb_per_cta, r):
+    """The time, in us, of `ctas` CTAs of mb_per_cta MB each, by stepping their phases to each next
+    event."""
+    waiting = ctas
     sms = [[] for _ in range(r.sms)]  # per SM: [fixed us left, MB left] of each resident CTA
     now = 0.0
 
@@ -71,18 +96,22 @@ def call_us(batch, keys, splits, r=Rates()):
                 if c[0] <= 1e-9 and c[1] <= 1e-9:
                     resident.remove(c)
         dispatch()
-    return now + (r.combine if splits > 1 else 0.0)
+    return now
 
 
 def read_fixed_splits(path):
-    """{(batch, keys, splits): us} from a decode.py CSV's `contiguous:sN` rows."""
-    points = {}
+    """{(batch, keys, splits): us} from a decode.py CSV's `contiguous:sN` rows, and {(batch, keys):
+    us} of its `cudnn` rows."""
+    points, cudnn = {}, {}
     with open(path) as f:
         for row in csv.DictReader(f):
+            us = float(row["ms_graph"]) * 1e3
             if row["layout"].startswith("contiguous:s"):
                 splits = int(row["layout"].split(":s")[1])
-                points[(int(row["batch"]), int(row["cache_len"]), splits)] = float(row["ms_graph"]) * 1e3
-    return points
+                points[(int(row["batch"]), int(row["cache_len"]), splits)] = us
+            elif row["layout"] == "cudnn":
+                cudnn[(int(row["batch"]), int(row["cache_len"]))] = us
+    return points, cudnn
 
 
 def relative_errors(points, r):
@@ -104,8 +133,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", required=True, help="decode.py CSV with contiguous:sN layouts")
     ap.add_argument("--what-if", nargs="*", default=[], help="field=value overrides of the fitted rates")
+    ap.add_argument("--balanced", type=float, metavar="SEGMENT_US",
+                    help="also model equal shares spanning pairs (balanced_us) at this cost a pair")
     args = ap.parse_args()
-    points = read_fixed_splits(args.csv)
+    points, cudnn = read_fixed_splits(args.csv)
     r = fit(points)
     errors = relative_errors(points, r)
     print(f"fit: {r}; mean |error| {sum(map(abs, errors.values())) / len(errors):.3f}, "
@@ -117,6 +148,11 @@ def main():
         line = f"{batch:4d} x {keys:6d}: best {base[1]} splits {base[0]:8.1f} us"
         if args.what_if:
             line += f"; what-if best {new[1]} splits {new[0]:8.1f} us ({base[0] / new[0]:.2f}x)"
+        if args.balanced is not None:
+            even = balanced_us(batch, keys, changed, args.balanced)
+            line += f"; balanced {even:8.1f} us ({base[0] / even:.2f}x)"
+        if (batch, keys) in cudnn:
+            line += f"; cuDNN measured {cudnn[(batch, keys)]:8.1f} us"
         print(line)
 
 

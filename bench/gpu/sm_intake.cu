@@ -2,16 +2,24 @@
 // batches (docs/cuda-decode.md, "Next").  Unsplit with the TMA loop, 8 x 32k (64 CTAs, one an SM)
 // streamed ~34 GB/s a CTA and two CTAs an SM ~33 GB/s an SM, while 64 SMs could draw 4.8 TB/s /
 // 64 = 75 GB/s each from HBM; a third TMA stage changed nothing (session 36).  This streams a
-// 2 GiB buffer (40x the L2) once, each CTA its own contiguous slice, each of its 4 warps every 4th
-// piece of it (the decode's order), through one of:
-//   tma    a warp's ring of `stages` boxes of `rows` x 128 B (one 64-dim bf16 slab, 128-byte
-//          swizzle, L2 evict_first), lane 0 re-arming a stage once the warp has read it;
+// 2 GiB buffer (40x the L2) once, each CTA its own contiguous slice, each of its 4 (or 8) warps
+// every 4th (8th) piece of it (the decode's order), through one of:
+//   tma    a warp's ring of `stages` pieces of `rows` x 128 B (one 64-dim bf16 slab, 128-byte
+//          swizzle, L2 evict_first) in `boxes` boxes on one barrier, lane 0 re-arming a stage
+//          once the warp has read it;
 //   bulk   the same ring filled by cp.async.bulk (1-D, no tensor map), `rows` x 128 B a stage;
 //   async  the same ring filled by cp.async 16 B a lane (LDGSTS, what cuDNN's decode uses);
 //   ldg    no ring: each lane keeps `stages` pieces' 16-byte ld.global.nc loads in flight (16 rows);
 // and prints GB/s in all and per SM used (the CTAs' %smid), with 64, 132 or 264 CTAs placed one or
 // two an SM (padding shared memory so no more fit).  A warp reads 16 B a lane of each piece it
 // consumes, so every path ends in the same XOR the compiler cannot drop.
+// What it showed on the H200 (session 37, bench/results/h200-sm-intake-2026-12-03.txt): a CTA's
+// rate is set by its warps and the bytes a warp takes a step, not by bytes in flight or the path:
+// 4 warps at 2 KB a step ~10-12 GB/s with 2, 4 or 8 stages, with or without the proxy fence, by
+// TMA, bulk copy or cp.async alike; 8 KB a step ~31-34 (one box or four on one barrier), 16 KB
+// ~48-69; 8 warps twice 4 warps' rate.  A warp's piece cost ~0.8 us whatever was queued behind
+// it (ld.global too, a piece being 4 loads a lane); not yet explained, and of the size of the
+// decode's ~0.9 us step at one CTA an SM.
 // Build here, run on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -o build-final2/sm_intake bench/gpu/sm_intake.cu
 //   ./build-final2/sm_intake            (about 20 s; one line per configuration)
@@ -32,7 +40,7 @@ using namespace tileattn::cuda::decode;
 
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kMaxWarps = 8;
 constexpr int kMaxStages = 8;
 constexpr int64_t kBufferBytes = int64_t{2} << 30;
 constexpr int kRowBytes = 128;
@@ -51,6 +59,9 @@ const char* path_name(int p) { return p == kTma ? "tma" : p == kBulk ? "bulk" : 
 
 struct Config {
   int path, rows, stages;  // rows: 128-byte rows a piece (a stage); ldg: `stages` loads a lane in flight
+  int fence;               // tma, bulk: lane 0 fences the async proxy before each request (the decode's)
+  int boxes;               // tma: a piece comes as this many boxes of rows / boxes rows on one barrier
+  int warps;               // warps a CTA (4 in the decode)
   int64_t rows_per_cta;
 };
 
@@ -75,7 +86,7 @@ __device__ __forceinline__ uint4 ldg_16(const void* src) {
 }
 
 // Pieces of `rows` rows: warp w of a CTA takes pieces w, w + 4, ... of the CTA's slice.
-__global__ void __launch_bounds__(kWarps * 32) stream(const __grid_constant__ CUtensorMap map, const unsigned char* buf,
+__global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__ CUtensorMap map, const unsigned char* buf,
                                                       Config c, uint32_t* sink, int* smid) {
   extern __shared__ unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -88,11 +99,11 @@ __global__ void __launch_bounds__(kWarps * 32) stream(const __grid_constant__ CU
   if (c.path == kLdg) {
     // Pieces of 16 rows: a lane reads 16 B of each 512 B, 4 loads a piece; `stages` pieces' loads
     // are all issued before the first is folded.
-    for (int64_t p = warp; p < pieces; p += kWarps * int64_t{c.stages}) {
+    for (int64_t p = warp; p < pieces; p += c.warps * int64_t{c.stages}) {
       uint4 v[kMaxStages][4];
 #pragma unroll
       for (int s = 0; s < kMaxStages; ++s) {
-        const int64_t q = p + s * kWarps;
+        const int64_t q = p + s * c.warps;
         const unsigned char* base = buf + (row0 + q * c.rows) * kRowBytes + lane * 16;
 #pragma unroll
         for (int k = 0; k < 4; ++k) v[s][k] = s < c.stages && q < pieces ? ldg_16(base + 512 * k) : make_uint4(0, 0, 0, 0);
@@ -109,10 +120,10 @@ __global__ void __launch_bounds__(kWarps * 32) stream(const __grid_constant__ CU
   // The 128-byte swizzle needs 1024-byte aligned stages (the launch adds 1 KB for this).
   unsigned char* const aligned = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem) + 1023) & ~uintptr_t{1023});
   unsigned char* ring = aligned + warp * c.stages * piece_bytes;
-  __shared__ uint64_t full[kWarps][kMaxStages];
+  __shared__ uint64_t full[kMaxWarps][kMaxStages];
   const uint64_t policy = l2_evict_first_policy();
   auto request = [&](int64_t i) {  // the warp's i-th piece into stage i % stages
-    const int64_t p = warp + i * kWarps;
+    const int64_t p = warp + i * c.warps;
     if (p >= pieces) return;
     unsigned char* dst = ring + (i % c.stages) * piece_bytes;
     const int64_t row = row0 + p * c.rows;
@@ -123,10 +134,13 @@ __global__ void __launch_bounds__(kWarps * 32) stream(const __grid_constant__ CU
     }
     if (lane != 0) return;
     uint64_t* bar = &full[warp][i % c.stages];
-    fence_proxy_async();
+    if (c.fence) fence_proxy_async();
     mbarrier_arrive_expect_tx(bar, piece_bytes);
     if (c.path == kTma) {
-      tma_load_4d(&map, dst, bar, 0, static_cast<int>(row), 0, 0, policy);
+      const int box_rows = c.rows / c.boxes;
+      for (int b = 0; b < c.boxes; ++b) {
+        tma_load_4d(&map, dst + b * box_rows * kRowBytes, bar, 0, static_cast<int>(row) + b * box_rows, 0, 0, policy);
+      }
     } else {
       bulk_load(dst, buf + row * kRowBytes, piece_bytes, bar, policy);
     }
@@ -137,7 +151,7 @@ __global__ void __launch_bounds__(kWarps * 32) stream(const __grid_constant__ CU
   }
   __syncwarp();
   for (int s = 0; s < c.stages; ++s) request(s);
-  const int64_t mine = pieces > warp ? (pieces - warp + kWarps - 1) / kWarps : 0;
+  const int64_t mine = pieces > warp ? (pieces - warp + c.warps - 1) / c.warps : 0;
   for (int64_t i = 0; i < mine; ++i) {
     const unsigned char* stage = ring + (i % c.stages) * piece_bytes;
     if (c.path == kAsync) {
@@ -202,29 +216,34 @@ int main() {
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
-  std::printf("path,rows,stages,ctas,per_sm,sms_used,bytes,us,gbs,gbs_per_sm\n");
+  std::printf("path,rows,stages,fence,boxes,warps,ctas,per_sm,sms_used,bytes,us,gbs,gbs_per_sm\n");
   struct Shape {
-    int path, rows, stages;
+    int path, rows, stages, fence, boxes, warps;
   };
+  // Session 37: 16-row boxes gave ~12.3 GB/s a CTA at 2, 4 and 8 stages alike, with or without the
+  // fence, and 64-row boxes ~42: a cost a request, not latency.  The rows below ask whether that
+  // cost is a box's or a barrier phase's (4 boxes of 16 rows on one barrier, as the decode's step)
+  // and whether more warps a CTA (8) share it.
   const std::vector<Shape> shapes = {
-      {kTma, 16, 2},  {kTma, 16, 4},  {kTma, 16, 8},   {kTma, 32, 2},   {kTma, 64, 2},    {kTma, 128, 2},
-      {kBulk, 16, 2}, {kBulk, 16, 4}, {kBulk, 64, 2},  {kBulk, 128, 2}, {kAsync, 16, 2},  {kAsync, 16, 4},
-      {kAsync, 64, 2}, {kLdg, 16, 2}, {kLdg, 16, 4},   {kLdg, 16, 8}};
+      {kTma, 16, 2, 1, 1, 4},  {kTma, 16, 8, 0, 1, 4},  {kTma, 64, 2, 1, 1, 4},  {kTma, 64, 2, 1, 4, 4},
+      {kTma, 128, 2, 1, 8, 4}, {kTma, 16, 2, 1, 1, 8},  {kTma, 64, 2, 1, 4, 8},  {kTma, 32, 2, 1, 2, 8},
+      {kBulk, 16, 2, 1, 1, 4}, {kAsync, 16, 2, 0, 1, 4}, {kAsync, 16, 2, 0, 1, 8}, {kLdg, 16, 8, 0, 1, 4},
+      {kLdg, 16, 8, 0, 1, 8}};
   for (const Shape& s : shapes) {
-    const CUtensorMap map = row_map(buf, s.rows);
+    const CUtensorMap map = row_map(buf, s.rows / s.boxes);
     for (int ctas : {64, sms, 2 * sms}) {
       for (int per_sm : {1, 2}) {
-        if (ctas > per_sm * sms) continue;
-        const int ring = s.path == kLdg ? 0 : kWarps * s.stages * s.rows * kRowBytes + 1024;
+        if (ctas > per_sm * sms || (ctas == 64 && per_sm == 2) || (ctas == sms && per_sm == 2)) continue;
+        const int ring = s.path == kLdg ? 0 : s.warps * s.stages * s.rows * kRowBytes + 1024;
         // Pad the shared memory so at most per_sm CTAs share an SM (1 KB a CTA is the system's).
         const int pad = smem_per_sm / (per_sm + 1) + 1024;
         const int dynamic = ring > pad ? ring : pad;
         if (per_sm * (dynamic + 2048) > smem_per_sm || dynamic > (200 << 10)) continue;
-        Config c{s.path, s.rows, s.stages, 0};
-        c.rows_per_cta = kBufferBytes / kRowBytes / ctas / (s.rows * kWarps) * (s.rows * kWarps);
+        Config c{s.path, s.rows, s.stages, s.fence, s.boxes, s.warps, 0};
+        c.rows_per_cta = kBufferBytes / kRowBytes / ctas / (s.rows * s.warps) * (s.rows * s.warps);
         for (int rep = 0; rep < 2; ++rep) {  // the first run is a warm-up
           CHECK(cudaEventRecord(start));
-          stream<<<ctas, kWarps * 32, dynamic>>>(map, buf, c, sink, smid);
+          stream<<<ctas, s.warps * 32, dynamic>>>(map, buf, c, sink, smid);
           CHECK(cudaEventRecord(stop));
           CHECK(cudaEventSynchronize(stop));
           CHECK(cudaGetLastError());
@@ -236,7 +255,8 @@ int main() {
         const std::set<int> used(ids.begin(), ids.end());
         const double bytes = static_cast<double>(c.rows_per_cta) * kRowBytes * ctas;
         const double gbs = bytes / (ms * 1e6);
-        std::printf("%s,%d,%d,%d,%d,%zu,%.0f,%.1f,%.0f,%.1f\n", path_name(s.path), s.rows, s.stages, ctas, per_sm,
+        std::printf("%s,%d,%d,%d,%d,%d,%d,%d,%zu,%.0f,%.1f,%.0f,%.1f\n", path_name(s.path), s.rows, s.stages, s.fence,
+                    s.boxes, s.warps, ctas, per_sm,
                     used.size(), bytes, ms * 1e3, gbs, gbs / used.size());
         std::fflush(stdout);
       }

@@ -35,6 +35,18 @@ def test_a_third_slot_takes_the_ctas_a_second_round_would():
 
 
 def test_reads_the_fixed_split_points_of_a_decode_csv():
-    points = dm.read_fixed_splits(os.path.join(ROOT, "bench/results/h200-decode-fixed-splits-tma-2026-12-03.csv"))
+    points, cudnn = dm.read_fixed_splits(os.path.join(ROOT, "bench/results/h200-decode-fixed-splits-tma-2026-12-03.csv"))
     assert len(points) == 75 and set(s for _, _, s in points) == {1, 2, 3, 4, 6}
     assert points[(8, 2048, 4)] == pytest.approx(23.1, abs=0.1)
+    assert len(cudnn) == 15 and cudnn[(12, 2048)] == pytest.approx(28.4, abs=0.1)
+
+
+def test_balanced_shares_cost_a_segment_for_each_pair_they_span():
+    r = dm.Rates(cta_rate=10.0, sm_rate=1000.0, fixed=1.0, combine=2.0, hbm=1e9, slots=1, sms=12)
+    # 2 sequences x 8 KV heads = 16 pairs of 0.512 MB over 12 CTAs: 0.683 MB a share, which spans
+    # at most 3 pairs (a share longer than one pair, starting inside one): 2 segments more.
+    share = 16 * 0.512 / 12
+    assert dm.balanced_us(2, 1000, r, segment=0.5) == pytest.approx(1.0 + 2 * 0.5 + share / 10.0 * 1e3 + 2.0)
+    # Shares of exactly one pair (16 CTAs) span one.
+    even = dm.Rates(cta_rate=10.0, sm_rate=1000.0, fixed=1.0, combine=2.0, hbm=1e9, slots=1, sms=16)
+    assert dm.balanced_us(2, 1000, even, segment=0.5) == pytest.approx(1.0 + 0.512 / 10.0 * 1e3 + 2.0)
