@@ -221,14 +221,12 @@ int main() {
     int path, rows, stages, fence, boxes, warps;
   };
   // Session 37: 16-row boxes gave ~12.3 GB/s a CTA at 2, 4 and 8 stages alike, with or without the
-  // fence, and 64-row boxes ~42: a cost a request, not latency.  The rows below ask whether that
-  // cost is a box's or a barrier phase's (4 boxes of 16 rows on one barrier, as the decode's step)
-  // and whether more warps a CTA (8) share it.
+  // fence, and 64-row boxes ~42: a cost a request, not latency.  Four boxes of 16 rows on one
+  // barrier stream as one box of 64, and 8 warps a CTA twice 4 (bench/results/h200-sm-intake-*).
+  // The rows below ask whether one stage a warp of 16-32 KB keeps that rate (two CTAs an SM fit).
   const std::vector<Shape> shapes = {
-      {kTma, 16, 2, 1, 1, 4},  {kTma, 16, 8, 0, 1, 4},  {kTma, 64, 2, 1, 1, 4},  {kTma, 64, 2, 1, 4, 4},
-      {kTma, 128, 2, 1, 8, 4}, {kTma, 16, 2, 1, 1, 8},  {kTma, 64, 2, 1, 4, 8},  {kTma, 32, 2, 1, 2, 8},
-      {kBulk, 16, 2, 1, 1, 4}, {kAsync, 16, 2, 0, 1, 4}, {kAsync, 16, 2, 0, 1, 8}, {kLdg, 16, 8, 0, 1, 4},
-      {kLdg, 16, 8, 0, 1, 8}};
+      {kTma, 16, 2, 1, 1, 4},  {kTma, 64, 1, 1, 4, 4},  {kTma, 64, 2, 1, 4, 4},  {kTma, 128, 1, 1, 8, 4},
+      {kTma, 128, 2, 1, 8, 4}, {kTma, 256, 1, 1, 16, 4}};
   for (const Shape& s : shapes) {
     const CUtensorMap map = row_map(buf, s.rows / s.boxes);
     for (int ctas : {64, sms, 2 * sms}) {
