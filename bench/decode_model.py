@@ -19,6 +19,7 @@ import argparse
 import csv
 import dataclasses
 import itertools
+import math
 
 KEY_BYTES = 512  # K and V of one key of one KV head at d128, bf16
 KV_HEADS = 8
@@ -52,7 +53,9 @@ def balanced_us(batch, keys, r=Rates(), segment=2.0):
     for per_sm in range(1, r.slots + 1):
         ctas = per_sm * r.sms
         share = total_mb / ctas
-        pairs = -(-share // pair_mb) + 1 if share % pair_mb else share // pair_mb  # most a share touches
+        # The most pairs a share touches: a whole number of pairs fits exactly, else it can start
+        # inside one and end inside another.
+        pairs = share // pair_mb if share % pair_mb == 0 else math.ceil(share / pair_mb) + 1
         spanned = dataclasses.replace(r, fixed=r.fixed + segment * (pairs - 1))
         us = grid_us(ctas, share, spanned) + r.combine
         best = us if best is None else min(best, us)
