@@ -21,7 +21,8 @@
 // it (ld.global too, a piece being 4 loads a lane); not yet explained, and of the size of the
 // decode's ~0.9 us step at one CTA an SM.
 // Build here, run on the GPU machine:
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -o build-final2/sm_intake bench/gpu/sm_intake.cu
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
+//     -o build-final2/sm_intake bench/gpu/sm_intake.cu
 //   ./build-final2/sm_intake            (about 20 s; one line per configuration)
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -33,10 +34,12 @@
 #include <set>
 #include <vector>
 
+#include "cuda/check.h"
 #include "cuda/decode/tma_ring.cuh"
 #include "cuda/tensor_map_encoder.h"
 
 using namespace tileattn::cuda::decode;
+using tileattn::cuda::check_cuda;
 
 namespace {
 
@@ -47,15 +50,6 @@ constexpr int kRowBytes = 128;
 
 enum Path { kTma, kBulk, kAsync, kLdg };
 const char* path_name(int p) { return p == kTma ? "tma" : p == kBulk ? "bulk" : p == kAsync ? "async" : "ldg"; }
-
-#define CHECK(call)                                                                                  \
-  do {                                                                                               \
-    cudaError_t e_ = (call);                                                                         \
-    if (e_ != cudaSuccess) {                                                                         \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-      std::exit(1);                                                                                  \
-    }                                                                                                \
-  } while (0)
 
 struct Config {
   int path, rows, stages;  // rows: 128-byte rows a piece (a stage); ldg: `stages` loads a lane in flight
@@ -203,19 +197,21 @@ CUtensorMap row_map(void* buf, int rows) {
 
 int main() {
   int sms = 0, smem_per_sm = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0),
+             "cudaDeviceGetAttribute");
   unsigned char* buf = nullptr;
   uint32_t* sink = nullptr;
   int* smid = nullptr;
-  CHECK(cudaMalloc(&buf, kBufferBytes));
-  CHECK(cudaMemset(buf, 1, kBufferBytes));
-  CHECK(cudaMalloc(&sink, 4096 * sizeof(uint32_t)));
-  CHECK(cudaMalloc(&smid, 4096 * sizeof(int)));
-  CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+  check_cuda(cudaMalloc(&buf, kBufferBytes), "cudaMalloc");
+  check_cuda(cudaMemset(buf, 1, kBufferBytes), "cudaMemset");
+  check_cuda(cudaMalloc(&sink, 4096 * sizeof(uint32_t)), "cudaMalloc");
+  check_cuda(cudaMalloc(&smid, 4096 * sizeof(int)), "cudaMalloc");
+  check_cuda(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10),
+             "cudaFuncSetAttribute");
   cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
   std::printf("path,rows,stages,fence,boxes,warps,ctas,per_sm,sms_used,bytes,us,gbs,gbs_per_sm\n");
   struct Shape {
     int path, rows, stages, fence, boxes, warps;
@@ -240,16 +236,16 @@ int main() {
         Config c{s.path, s.rows, s.stages, s.fence, s.boxes, s.warps, 0};
         c.rows_per_cta = kBufferBytes / kRowBytes / ctas / (s.rows * s.warps) * (s.rows * s.warps);
         for (int rep = 0; rep < 2; ++rep) {  // the first run is a warm-up
-          CHECK(cudaEventRecord(start));
+          check_cuda(cudaEventRecord(start), "cudaEventRecord");
           stream<<<ctas, s.warps * 32, dynamic>>>(map, buf, c, sink, smid);
-          CHECK(cudaEventRecord(stop));
-          CHECK(cudaEventSynchronize(stop));
-          CHECK(cudaGetLastError());
+          check_cuda(cudaEventRecord(stop), "cudaEventRecord");
+          check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+          check_cuda(cudaGetLastError(), "cudaGetLastError");
         }
         float ms = 0.0f;
-        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
         std::vector<int> ids(ctas);
-        CHECK(cudaMemcpy(ids.data(), smid, ctas * sizeof(int), cudaMemcpyDeviceToHost));
+        check_cuda(cudaMemcpy(ids.data(), smid, ctas * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
         const std::set<int> used(ids.begin(), ids.end());
         const double bytes = static_cast<double>(c.rows_per_cta) * kRowBytes * ctas;
         const double gbs = bytes / (ms * 1e6);
