@@ -227,7 +227,7 @@ int main() {
     const CUtensorMap map = row_map(buf, s.rows / s.boxes);
     for (int ctas : {64, sms, 2 * sms}) {
       for (int per_sm : {1, 2}) {
-        if (ctas > per_sm * sms || (ctas == 64 && per_sm == 2) || (ctas == sms && per_sm == 2)) continue;
+        if (per_sm != (ctas > sms ? 2 : 1)) continue;  // two an SM only where one an SM cannot hold the grid
         const int ring = s.path == kLdg ? 0 : s.warps * s.stages * s.rows * kRowBytes + 1024;
         // Pad the shared memory so at most per_sm CTAs share an SM (1 KB a CTA is the system's).
         const int pad = smem_per_sm / (per_sm + 1) + 1024;
