@@ -13,13 +13,16 @@
 // and prints GB/s in all and per SM used (the CTAs' %smid), with 64, 132 or 264 CTAs placed one or
 // two an SM (padding shared memory so no more fit).  A warp reads 16 B a lane of each piece it
 // consumes, so every path ends in the same XOR the compiler cannot drop.
-// What it showed on the H200 (session 37, bench/results/h200-sm-intake-2026-12-03.txt): a CTA's
-// rate is set by its warps and the bytes a warp takes a step, not by bytes in flight or the path:
-// 4 warps at 2 KB a step ~10-12 GB/s with 2, 4 or 8 stages, with or without the proxy fence, by
-// TMA, bulk copy or cp.async alike; 8 KB a step ~31-34 (one box or four on one barrier), 16 KB
-// ~48-69; 8 warps twice 4 warps' rate.  A warp's piece cost ~0.8 us whatever was queued behind
-// it (ld.global too, a piece being 4 loads a lane); not yet explained, and of the size of the
-// decode's ~0.9 us step at one CTA an SM.
+// What it showed on the H200 (session 37, bench/results/h200-sm-intake-2026-12-03.txt): with the
+// copies into shared memory a CTA's rate is set by its warps and the bytes a warp takes a step,
+// not by the pieces in flight: 4 warps at 2 KB a step ~9-13 GB/s with 2, 4 or 8 stages, by TMA,
+// bulk copy or cp.async alike; 8 KB a step ~30-34 (one box or four on one barrier), 16 KB ~48-69;
+// 8 warps twice 4 warps' rate: a warp's piece costs ~0.7-0.9 us whatever is queued behind it.
+// Session 39 (bench/results/h200-sm-intake-paths-2026-12-03.txt): ld.global into registers does
+// not follow that law (2, 4, 8 pieces in flight a warp: 21, 35, 48 GB/s an SM at 64 SMs, against
+// cp.async's 12.8 and 12.4 and TMA's 9.2 at 8), and where the pieces lie (a CTA's own slice, one
+// front across the CTAs, scattered) moves the copies' rates by under 20% (ld.global's fell from
+// 48 to 13 scattered).  Why one warp's copies into shared memory do not overlap is not explained.
 // Build here, run on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
 //     -o build-final2/sm_intake bench/gpu/sm_intake.cu
@@ -31,6 +34,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -56,8 +60,20 @@ struct Config {
   int fence;               // tma, bulk: lane 0 fences the async proxy before each request (the decode's)
   int boxes;               // tma: a piece comes as this many boxes of rows / boxes rows on one barrier
   int warps;               // warps a CTA (4 in the decode)
+  int order;               // where a CTA's pieces lie: 0 its own contiguous slice; 1 the CTAs'
+                           // pieces interleaved (one front across the buffer); 2 scattered by a hash
   int64_t rows_per_cta;
 };
+
+// The first row of CTA `cta`'s piece p (of `pieces` a CTA, `ctas` CTAs).  Order 2 multiplies the
+// piece's order-1 index by an odd constant modulo the piece count (a bijection when they share no
+// factor, which main() checks), so consecutive pieces of a warp land far apart.
+__device__ __forceinline__ int64_t piece_row(const Config& c, int64_t cta, int64_t p, int64_t pieces, int64_t ctas) {
+  if (c.order == 0) return cta * c.rows_per_cta + p * c.rows;
+  const int64_t g = p * ctas + cta;
+  if (c.order == 1) return g * c.rows;
+  return g * 40503 % (pieces * ctas) * c.rows;
+}
 
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
   asm volatile(
@@ -85,7 +101,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
   extern __shared__ unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) asm volatile("mov.u32 %0, %%smid;" : "=r"(smid[blockIdx.x]));
-  const int64_t row0 = blockIdx.x * c.rows_per_cta;
   const int64_t pieces = c.rows_per_cta / c.rows;
   const int piece_bytes = c.rows * kRowBytes;
   uint4 acc = make_uint4(0, 0, 0, 0);
@@ -98,7 +113,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
 #pragma unroll
       for (int s = 0; s < kMaxStages; ++s) {
         const int64_t q = p + s * c.warps;
-        const unsigned char* base = buf + (row0 + q * c.rows) * kRowBytes + lane * 16;
+        const unsigned char* base = buf + piece_row(c, blockIdx.x, q, pieces, gridDim.x) * kRowBytes + lane * 16;
 #pragma unroll
         for (int k = 0; k < 4; ++k) v[s][k] = s < c.stages && q < pieces ? ldg_16(base + 512 * k) : make_uint4(0, 0, 0, 0);
       }
@@ -120,7 +135,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
     const int64_t p = warp + i * c.warps;
     if (p >= pieces) return;
     unsigned char* dst = ring + (i % c.stages) * piece_bytes;
-    const int64_t row = row0 + p * c.rows;
+    const int64_t row = piece_row(c, blockIdx.x, p, pieces, gridDim.x);
     if (c.path == kAsync) {
       for (int o = lane * 16; o < piece_bytes; o += 512) async_16(dst + o, buf + row * kRowBytes + o);
       asm volatile("cp.async.commit_group;" ::: "memory");
@@ -212,18 +227,21 @@ int main() {
   cudaEvent_t start, stop;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  std::printf("path,rows,stages,fence,boxes,warps,ctas,per_sm,sms_used,bytes,us,gbs,gbs_per_sm\n");
+  std::printf("path,rows,stages,fence,boxes,warps,order,ctas,per_sm,sms_used,bytes,us,gbs,gbs_per_sm\n");
   struct Shape {
     int path, rows, stages, fence, boxes, warps;
   };
   // Session 37: 16-row boxes gave ~12.3 GB/s a CTA at 2, 4 and 8 stages alike, with or without the
   // fence, and 64-row boxes ~42: a cost a request, not latency.  Four boxes of 16 rows on one
   // barrier stream as one box of 64, and 8 warps a CTA twice 4 (bench/results/h200-sm-intake-*).
-  // The rows below ask whether one stage a warp of 16-32 KB keeps that rate (two CTAs an SM fit).
-  const std::vector<Shape> shapes = {
-      {kTma, 16, 2, 1, 1, 4},  {kTma, 64, 1, 1, 4, 4},  {kTma, 64, 2, 1, 4, 4},  {kTma, 128, 1, 1, 8, 4},
-      {kTma, 128, 2, 1, 8, 4}, {kTma, 256, 1, 1, 16, 4}};
-  for (const Shape& s : shapes) {
+  // Session 38 measured one stage a warp of 16-32 KB.  The rows below (session 39) ask whether the
+  // per-warp law is the addresses': each CTA streaming its own slice (order 0), all CTAs on one
+  // front (1), or every piece somewhere else (2), at 2 and 8 stages.
+  const std::vector<Shape> shapes = {{kLdg, 16, 2, 0, 1, 4},   {kLdg, 16, 4, 0, 1, 4},  {kLdg, 16, 8, 0, 1, 4},
+                                     {kAsync, 16, 2, 0, 1, 4}, {kAsync, 16, 8, 0, 1, 4}, {kTma, 16, 8, 1, 1, 4},
+                                     {kTma, 64, 2, 1, 4, 4},   {kBulk, 16, 8, 1, 1, 4}};
+  const int orders = std::getenv("SM_INTAKE_ORDERS") ? std::atoi(std::getenv("SM_INTAKE_ORDERS")) : 1;
+  for (const Shape& s : shapes) for (int order = 0; order < orders; ++order) {
     const CUtensorMap map = row_map(buf, s.rows / s.boxes);
     for (int ctas : {64, sms, 2 * sms}) {
       for (int per_sm : {1, 2}) {
@@ -233,8 +251,13 @@ int main() {
         const int pad = smem_per_sm / (per_sm + 1) + 1024;
         const int dynamic = ring > pad ? ring : pad;
         if (per_sm * (dynamic + 2048) > smem_per_sm || dynamic > (200 << 10)) continue;
-        Config c{s.path, s.rows, s.stages, s.fence, s.boxes, s.warps, 0};
+        Config c{s.path, s.rows, s.stages, s.fence, s.boxes, s.warps, order, 0};
         c.rows_per_cta = kBufferBytes / kRowBytes / ctas / (s.rows * s.warps) * (s.rows * s.warps);
+        const int64_t all_pieces = c.rows_per_cta / s.rows * ctas;
+        if (order == 2 && std::gcd(all_pieces, int64_t{40503}) != 1) {
+          std::fprintf(stderr, "order 2: %lld pieces share a factor with the hash\n", static_cast<long long>(all_pieces));
+          continue;
+        }
         for (int rep = 0; rep < 2; ++rep) {  // the first run is a warm-up
           check_cuda(cudaEventRecord(start), "cudaEventRecord");
           stream<<<ctas, s.warps * 32, dynamic>>>(map, buf, c, sink, smid);
@@ -249,8 +272,8 @@ int main() {
         const std::set<int> used(ids.begin(), ids.end());
         const double bytes = static_cast<double>(c.rows_per_cta) * kRowBytes * ctas;
         const double gbs = bytes / (ms * 1e6);
-        std::printf("%s,%d,%d,%d,%d,%d,%d,%d,%zu,%.0f,%.1f,%.0f,%.1f\n", path_name(s.path), s.rows, s.stages, s.fence,
-                    s.boxes, s.warps, ctas, per_sm,
+        std::printf("%s,%d,%d,%d,%d,%d,%d,%d,%d,%zu,%.0f,%.1f,%.0f,%.1f\n", path_name(s.path), s.rows, s.stages, s.fence,
+                    s.boxes, s.warps, order, ctas, per_sm,
                     used.size(), bytes, ms * 1e3, gbs, gbs / used.size());
         std::fflush(stdout);
       }
