@@ -234,9 +234,9 @@ int main() {
   // Session 37: 16-row boxes gave ~12.3 GB/s a CTA at 2, 4 and 8 stages alike, with or without the
   // fence, and 64-row boxes ~42: a cost a request, not latency.  Four boxes of 16 rows on one
   // barrier stream as one box of 64, and 8 warps a CTA twice 4 (bench/results/h200-sm-intake-*).
-  // Session 38 measured one stage a warp of 16-32 KB.  The rows below (session 39) ask whether the
-  // per-warp law is the addresses': each CTA streaming its own slice (order 0), all CTAs on one
-  // front (1), or every piece somewhere else (2), at 2 and 8 stages.
+  // Session 38 measured one stage a warp of 16-32 KB.  The rows below (session 39): each path at 2
+  // to 8 pieces in flight a warp; SM_INTAKE_ORDERS=3 runs each also with the CTAs' pieces on one
+  // front (order 1) and scattered (2), to ask whether the per-warp law is the addresses'.
   const std::vector<Shape> shapes = {{kLdg, 16, 2, 0, 1, 4},   {kLdg, 16, 4, 0, 1, 4},  {kLdg, 16, 8, 0, 1, 4},
                                      {kAsync, 16, 2, 0, 1, 4}, {kAsync, 16, 8, 0, 1, 4}, {kTma, 16, 8, 1, 1, 4},
                                      {kTma, 64, 2, 1, 4, 4},   {kBulk, 16, 8, 1, 1, 4}};
