@@ -10,6 +10,7 @@
 //   bulk   the same ring filled by cp.async.bulk (1-D, no tensor map), `rows` x 128 B a stage;
 //   async  the same ring filled by cp.async 16 B a lane (LDGSTS, what cuDNN's decode uses);
 //   ldg    no ring: each lane keeps `stages` pieces' 16-byte ld.global.nc loads in flight (16 rows);
+//   tma-cta  one ring for the CTA: a stage holds a round of every warp's piece on one barrier;
 // and prints GB/s in all and per SM used (the CTAs' %smid), with 64, 132 or 264 CTAs placed one or
 // two an SM (padding shared memory so no more fit).  A warp reads 16 B a lane of each piece it
 // consumes, so every path ends in the same XOR the compiler cannot drop.
@@ -52,8 +53,10 @@ constexpr int kMaxStages = 8;
 constexpr int64_t kBufferBytes = int64_t{2} << 30;
 constexpr int kRowBytes = 128;
 
-enum Path { kTma, kBulk, kAsync, kLdg };
-const char* path_name(int p) { return p == kTma ? "tma" : p == kBulk ? "bulk" : p == kAsync ? "async" : "ldg"; }
+enum Path { kTma, kBulk, kAsync, kLdg, kTmaCta };
+const char* path_name(int p) {
+  return p == kTma ? "tma" : p == kBulk ? "bulk" : p == kAsync ? "async" : p == kLdg ? "ldg" : "tma-cta";
+}
 
 struct Config {
   int path, rows, stages;  // rows: 128-byte rows a piece (a stage); ldg: `stages` loads a lane in flight
@@ -128,6 +131,54 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
   }
   // The 128-byte swizzle needs 1024-byte aligned stages (the launch adds 1 KB for this).
   unsigned char* const aligned = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem) + 1023) & ~uintptr_t{1023});
+  if (c.path == kTmaCta) {
+    // One ring for the CTA: stage s holds one round of every warp's piece (warp w's i-th piece in
+    // stage i % stages, slot w), all on one barrier that thread 0 arms and refills once every
+    // warp has read the stage (`empty`, one arrival a warp): does a barrier's worth of bytes, not
+    // a warp's, set the rate?
+    __shared__ uint64_t cta_full[kMaxStages], cta_empty[kMaxStages];
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < c.stages; ++s) mbarrier_init(&cta_full[s], 1), mbarrier_init(&cta_empty[s], c.warps);
+      fence_barrier_init();
+    }
+    __syncthreads();
+    const uint64_t policy = l2_evict_first_policy();
+    const int64_t rounds = pieces / c.warps;  // rows_per_cta is a multiple of rows x warps
+    auto request_round = [&](int64_t i) {
+      if (i >= rounds) return;
+      uint64_t* bar = &cta_full[i % c.stages];
+      if (c.fence) fence_proxy_async();
+      mbarrier_arrive_expect_tx(bar, c.warps * piece_bytes);
+      unsigned char* dst = aligned + (i % c.stages) * c.warps * piece_bytes;
+      const int box_rows = c.rows / c.boxes;
+      for (int w = 0; w < c.warps; ++w) {
+        const int64_t row = piece_row(c, blockIdx.x, i * c.warps + w, pieces, gridDim.x);
+        for (int b = 0; b < c.boxes; ++b) {
+          tma_load_4d(&map, dst + w * piece_bytes + b * box_rows * kRowBytes, bar, 0, static_cast<int>(row) + b * box_rows,
+                      0, 0, policy);
+        }
+      }
+    };
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < c.stages; ++s) request_round(s);
+    }
+    for (int64_t i = 0; i < rounds; ++i) {
+      const int s = static_cast<int>(i % c.stages);
+      const uint32_t parity = static_cast<uint32_t>((i / c.stages) & 1);
+      mbarrier_wait(&cta_full[s], parity);
+      const unsigned char* stage = aligned + (s * c.warps + warp) * piece_bytes;
+      for (int o = lane * 16; o < piece_bytes; o += 512) fold(*reinterpret_cast<const uint4*>(stage + o));
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(&cta_empty[s]);
+      if (threadIdx.x == 0) {
+        mbarrier_wait(&cta_empty[s], parity);
+        request_round(i + c.stages);
+      }
+      __syncwarp();
+    }
+    if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678u) sink[blockIdx.x] = acc.y;
+    return;
+  }
   unsigned char* ring = aligned + warp * c.stages * piece_bytes;
   __shared__ uint64_t full[kMaxWarps][kMaxStages];
   const uint64_t policy = l2_evict_first_policy();
@@ -234,12 +285,14 @@ int main() {
   // Session 37: 16-row boxes gave ~12.3 GB/s a CTA at 2, 4 and 8 stages alike, with or without the
   // fence, and 64-row boxes ~42: a cost a request, not latency.  Four boxes of 16 rows on one
   // barrier stream as one box of 64, and 8 warps a CTA twice 4 (bench/results/h200-sm-intake-*).
-  // Session 38 measured one stage a warp of 16-32 KB.  The rows below (session 39): each path at 2
-  // to 8 pieces in flight a warp; SM_INTAKE_ORDERS=3 runs each also with the CTAs' pieces on one
-  // front (order 1) and scattered (2), to ask whether the per-warp law is the addresses'.
-  const std::vector<Shape> shapes = {{kLdg, 16, 2, 0, 1, 4},   {kLdg, 16, 4, 0, 1, 4},  {kLdg, 16, 8, 0, 1, 4},
-                                     {kAsync, 16, 2, 0, 1, 4}, {kAsync, 16, 8, 0, 1, 4}, {kTma, 16, 8, 1, 1, 4},
-                                     {kTma, 64, 2, 1, 4, 4},   {kBulk, 16, 8, 1, 1, 4}};
+  // Session 38 measured one stage a warp of 16-32 KB.  The rows below (session 39): the CTA-wide
+  // ring (tma-cta) beside per-warp rings of the same pieces, then each path at 2 to 8 pieces in
+  // flight a warp; SM_INTAKE_ORDERS=3 runs each also with the CTAs' pieces on one front (order 1)
+  // and scattered (2), to ask whether the per-warp law is the addresses'.
+  const std::vector<Shape> shapes = {{kTma, 16, 2, 1, 1, 4},    {kTmaCta, 16, 2, 1, 1, 4}, {kTmaCta, 16, 8, 1, 1, 4},
+                                     {kTma, 64, 2, 1, 4, 4},    {kTmaCta, 64, 2, 1, 4, 4}, {kLdg, 16, 2, 0, 1, 4},
+                                     {kLdg, 16, 4, 0, 1, 4},    {kLdg, 16, 8, 0, 1, 4},    {kAsync, 16, 2, 0, 1, 4},
+                                     {kAsync, 16, 8, 0, 1, 4},  {kTma, 16, 8, 1, 1, 4},    {kBulk, 16, 8, 1, 1, 4}};
   const int orders = std::getenv("SM_INTAKE_ORDERS") ? std::atoi(std::getenv("SM_INTAKE_ORDERS")) : 1;
   for (const Shape& s : shapes) for (int order = 0; order < orders; ++order) {
     const CUtensorMap map = row_map(buf, s.rows / s.boxes);
