@@ -55,7 +55,8 @@ constexpr int kRowBytes = 128;
 
 enum Path { kTma, kBulk, kAsync, kLdg, kTmaCta };
 const char* path_name(int p) {
-  return p == kTma ? "tma" : p == kBulk ? "bulk" : p == kAsync ? "async" : p == kLdg ? "ldg" : "tma-cta";
+  static const char* const names[] = {"tma", "bulk", "async", "ldg", "tma-cta"};
+  return names[p];
 }
 
 struct Config {
@@ -68,14 +69,28 @@ struct Config {
   int64_t rows_per_cta;
 };
 
+// Order 2's multiplier: a prime, so the scatter is a bijection of the pieces unless their count is
+// a multiple of it (main() checks).  Session 39's run used 40503 = 3 x 13501, which skipped every
+// grid but 64 CTAs.
+constexpr int64_t kScatterMultiplier = 1000003;
+
 // The first row of CTA `cta`'s piece p (of `pieces` a CTA, `ctas` CTAs).  Order 2 multiplies the
-// piece's order-1 index by an odd constant modulo the piece count (a bijection when they share no
-// factor, which main() checks), so consecutive pieces of a warp land far apart.
+// piece's order-1 index by kScatterMultiplier modulo the piece count, so consecutive pieces of a
+// warp land far apart.
 __device__ __forceinline__ int64_t piece_row(const Config& c, int64_t cta, int64_t p, int64_t pieces, int64_t ctas) {
   if (c.order == 0) return cta * c.rows_per_cta + p * c.rows;
   const int64_t g = p * ctas + cta;
   if (c.order == 1) return g * c.rows;
-  return g * 40503 % (pieces * ctas) * c.rows;
+  return g * kScatterMultiplier % (pieces * ctas) * c.rows;
+}
+
+// A piece of `rows` rows from `row` into dst, as `boxes` TMA boxes on barrier `bar`.
+__device__ __forceinline__ void tma_load_piece(const CUtensorMap* map, unsigned char* dst, uint64_t* bar, int64_t row,
+                                               int rows, int boxes, uint64_t policy) {
+  const int box_rows = rows / boxes;
+  for (int b = 0; b < boxes; ++b) {
+    tma_load_4d(map, dst + b * box_rows * kRowBytes, bar, 0, static_cast<int>(row) + b * box_rows, 0, 0, policy);
+  }
 }
 
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
@@ -108,6 +123,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
   const int piece_bytes = c.rows * kRowBytes;
   uint4 acc = make_uint4(0, 0, 0, 0);
   auto fold = [&](uint4 v) { acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w; };
+  auto fold_piece = [&](const unsigned char* piece) {  // this lane's 16 B of each 512
+    for (int o = lane * 16; o < piece_bytes; o += 512) fold(*reinterpret_cast<const uint4*>(piece + o));
+  };
   if (c.path == kLdg) {
     // Pieces of 16 rows: a lane reads 16 B of each 512 B, 4 loads a piece; `stages` pieces' loads
     // are all issued before the first is folded.
@@ -150,13 +168,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
       if (c.fence) fence_proxy_async();
       mbarrier_arrive_expect_tx(bar, c.warps * piece_bytes);
       unsigned char* dst = aligned + (i % c.stages) * c.warps * piece_bytes;
-      const int box_rows = c.rows / c.boxes;
       for (int w = 0; w < c.warps; ++w) {
-        const int64_t row = piece_row(c, blockIdx.x, i * c.warps + w, pieces, gridDim.x);
-        for (int b = 0; b < c.boxes; ++b) {
-          tma_load_4d(&map, dst + w * piece_bytes + b * box_rows * kRowBytes, bar, 0, static_cast<int>(row) + b * box_rows,
-                      0, 0, policy);
-        }
+        tma_load_piece(&map, dst + w * piece_bytes, bar, piece_row(c, blockIdx.x, i * c.warps + w, pieces, gridDim.x),
+                       c.rows, c.boxes, policy);
       }
     };
     if (threadIdx.x == 0) {
@@ -166,8 +180,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
       const int s = static_cast<int>(i % c.stages);
       const uint32_t parity = static_cast<uint32_t>((i / c.stages) & 1);
       mbarrier_wait(&cta_full[s], parity);
-      const unsigned char* stage = aligned + (s * c.warps + warp) * piece_bytes;
-      for (int o = lane * 16; o < piece_bytes; o += 512) fold(*reinterpret_cast<const uint4*>(stage + o));
+      fold_piece(aligned + (s * c.warps + warp) * piece_bytes);
       __syncwarp();
       if (lane == 0) mbarrier_arrive(&cta_empty[s]);
       if (threadIdx.x == 0) {
@@ -197,10 +210,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
     if (c.fence) fence_proxy_async();
     mbarrier_arrive_expect_tx(bar, piece_bytes);
     if (c.path == kTma) {
-      const int box_rows = c.rows / c.boxes;
-      for (int b = 0; b < c.boxes; ++b) {
-        tma_load_4d(&map, dst + b * box_rows * kRowBytes, bar, 0, static_cast<int>(row) + b * box_rows, 0, 0, policy);
-      }
+      tma_load_piece(&map, dst, bar, row, c.rows, c.boxes, policy);
     } else {
       bulk_load(dst, buf + row * kRowBytes, piece_bytes, bar, policy);
     }
@@ -231,7 +241,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
     } else {
       mbarrier_wait(&full[warp][i % c.stages], static_cast<uint32_t>((i / c.stages) & 1));
     }
-    for (int o = lane * 16; o < piece_bytes; o += 512) fold(*reinterpret_cast<const uint4*>(stage + o));
+    fold_piece(stage);
     __syncwarp();
     request(i + c.stages);
   }
@@ -307,7 +317,7 @@ int main() {
         Config c{s.path, s.rows, s.stages, s.fence, s.boxes, s.warps, order, 0};
         c.rows_per_cta = kBufferBytes / kRowBytes / ctas / (s.rows * s.warps) * (s.rows * s.warps);
         const int64_t all_pieces = c.rows_per_cta / s.rows * ctas;
-        if (order == 2 && std::gcd(all_pieces, int64_t{40503}) != 1) {
+        if (order == 2 && std::gcd(all_pieces, kScatterMultiplier) != 1) {
           std::fprintf(stderr, "order 2: %lld pieces share a factor with the hash\n", static_cast<long long>(all_pieces));
           continue;
         }
