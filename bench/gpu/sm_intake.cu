@@ -22,8 +22,8 @@
 // Session 39 (bench/results/h200-sm-intake-paths-2026-12-03.txt): ld.global into registers does
 // not follow that law (2, 4, 8 pieces in flight a warp: 21, 35, 48 GB/s an SM at 64 SMs, against
 // cp.async's 12.8 and 12.4 and TMA's 9.2 at 8), and where the pieces lie (a CTA's own slice, one
-// front across the CTAs, scattered) moves the copies' rates by under 20% (ld.global's fell from
-// 48 to 13 scattered).  Why one warp's copies into shared memory do not overlap is not explained.
+// front across the CTAs, scattered at 64 CTAs) moves the copies' rates by under 20% (ld.global's
+// fell from 48 to 13 scattered).  Why one warp's copies into shared memory do not overlap is not explained.
 // Build here, run on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
 //     -o build-final2/sm_intake bench/gpu/sm_intake.cu
