@@ -11,6 +11,9 @@
 //   async  the same ring filled by cp.async 16 B a lane (LDGSTS, what cuDNN's decode uses);
 //   ldg    no ring: each lane keeps `stages` pieces' 16-byte ld.global.nc loads in flight (16 rows);
 //   tma-cta  one ring for the CTA: a stage holds a round of every warp's piece on one barrier;
+//   tma-test, tma-hint, tma-lanes  tma with the wait a test_wait spin, try_wait with a 0 ns suspend
+//          hint, or stage s's boxes issued by lane s;
+//   ldg-sts  the ldg path's pieces stored to shared memory and read back from there;
 // and prints GB/s in all and per SM used (the CTAs' %smid), with 64, 132 or 264 CTAs placed one or
 // two an SM (padding shared memory so no more fit).  A warp reads 16 B a lane of each piece it
 // consumes, so every path ends in the same XOR the compiler cannot drop.
@@ -23,7 +26,10 @@
 // not follow that law (2, 4, 8 pieces in flight a warp: 21, 35, 48 GB/s an SM at 64 SMs, against
 // cp.async's 12.8 and 12.4 and TMA's 9.2 at 8), and where the pieces lie (a CTA's own slice, one
 // front across the CTAs, scattered at 64 CTAs) moves the copies' rates by under 20% (ld.global's
-// fell from 48 to 13 scattered).  Why one warp's copies into shared memory do not overlap is not explained.
+// fell from 48 to 13 scattered).  Session 40 (bench/results/h200-sm-intake-suspects-2026-12-03.txt):
+// tma-cta streams at ~0.6x the per-warp rings; tma-test, tma-hint and tma-lanes level with tma; ldg-sts
+// 38.9 GB/s an SM against ldg's 46.7 and tma's 8.7.  So not the wait, the issuing thread or the
+// shared-memory writes: what serializes one warp's copies is inside the asynchronous copy path.
 // Build here, run on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
 //     -o build-final2/sm_intake bench/gpu/sm_intake.cu

@@ -252,8 +252,7 @@ def test_tma_rings(ring, page_size, seqlen_new, splits, monkeypatch):
     check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                    reason="read where the TMA loop can run (compute capability 9.0)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="read by the CUDA decode, on every device")
 def test_decode_ring_choice_is_checked(monkeypatch):
     monkeypatch.setenv("TILEATTN_DECODE_RING", "wider")
     opts = dict(DEFAULTS, dim=128, heads=32, heads_k=8)
