@@ -99,6 +99,13 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   TILEATTN_DECODE_FAMILY=sm90 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
     python3 tests/cuda/sanitize_decode.py > "$LOGS/sanitize_decode_tma.log" 2>&1 || failed sanitize_decode_tma
   tail -2 "$LOGS/sanitize_decode_tma.log"
+  # The wide ring (32-key blocks at d128, one CTA an SM) serves only grids of at most one CTA an
+  # SM under auto: the d128 cases again with it forced at every call.
+  TILEATTN_TEST_DEVICES=cuda TILEATTN_DECODE_FAMILY=sm90 TILEATTN_DECODE_RING=wide timeout 120 $PYTEST \
+    tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$LOGS/pytest_decode_wide.log" | tail -2 || failed pytest_decode_wide
+  TILEATTN_DECODE_FAMILY=sm90 TILEATTN_DECODE_RING=wide timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    python3 tests/cuda/sanitize_decode.py > "$LOGS/sanitize_decode_wide.log" 2>&1 || failed sanitize_decode_wide
+  tail -2 "$LOGS/sanitize_decode_wide.log"
   TILEATTN_TEST_DEVICES=cuda TILEATTN_DECODE_FAMILY=sm80 timeout 120 $PYTEST \
     tests/python/test_kvcache.py tests/python/test_kvcache_cuda_graph.py 2>&1 | tee "$LOGS/pytest_decode_registers.log" | tail -2 || failed pytest_decode_registers
   TILEATTN_DECODE_FAMILY=sm80 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \

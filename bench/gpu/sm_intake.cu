@@ -11,6 +11,9 @@
 //   async  the same ring filled by cp.async 16 B a lane (LDGSTS, what cuDNN's decode uses);
 //   ldg    no ring: each lane keeps `stages` pieces' 16-byte ld.global.nc loads in flight (16 rows);
 //   tma-cta  one ring for the CTA: a stage holds a round of every warp's piece on one barrier;
+//   tma-test, tma-hint, tma-lanes  tma with the wait a test_wait spin, try_wait with a 0 ns suspend
+//          hint, or stage s's boxes issued by lane s;
+//   ldg-sts  the ldg path's pieces stored to shared memory and read back from there;
 // and prints GB/s in all and per SM used (the CTAs' %smid), with 64, 132 or 264 CTAs placed one or
 // two an SM (padding shared memory so no more fit).  A warp reads 16 B a lane of each piece it
 // consumes, so every path ends in the same XOR the compiler cannot drop.
@@ -23,7 +26,10 @@
 // not follow that law (2, 4, 8 pieces in flight a warp: 21, 35, 48 GB/s an SM at 64 SMs, against
 // cp.async's 12.8 and 12.4 and TMA's 9.2 at 8), and where the pieces lie (a CTA's own slice, one
 // front across the CTAs, scattered at 64 CTAs) moves the copies' rates by under 20% (ld.global's
-// fell from 48 to 13 scattered).  Why one warp's copies into shared memory do not overlap is not explained.
+// fell from 48 to 13 scattered).  Session 40 (bench/results/h200-sm-intake-suspects-2026-12-03.txt):
+// tma-cta streams at ~0.6x the per-warp rings; tma-test, tma-hint and tma-lanes level with tma; ldg-sts
+// 38.9 GB/s an SM against ldg's 46.7 and tma's 8.7.  So not the wait, the issuing thread or the
+// shared-memory writes: what serializes one warp's copies is inside the asynchronous copy path.
 // Build here, run on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
 //     -o build-final2/sm_intake bench/gpu/sm_intake.cu
@@ -53,9 +59,9 @@ constexpr int kMaxStages = 8;
 constexpr int64_t kBufferBytes = int64_t{2} << 30;
 constexpr int kRowBytes = 128;
 
-enum Path { kTma, kBulk, kAsync, kLdg, kTmaCta };
+enum Path { kTma, kBulk, kAsync, kLdg, kTmaCta, kTmaTest, kTmaHint, kTmaLanes, kLdgSts };
 const char* path_name(int p) {
-  static const char* const names[] = {"tma", "bulk", "async", "ldg", "tma-cta"};
+  static const char* const names[] = {"tma", "bulk", "async", "ldg", "tma-cta", "tma-test", "tma-hint", "tma-lanes", "ldg-sts"};
   return names[p];
 }
 
@@ -113,6 +119,33 @@ __device__ __forceinline__ uint4 ldg_16(const void* src) {
   return v;
 }
 
+// mbarrier waits other than the decode's try_wait loop (mbarrier_wait): a test_wait spin, which
+// never suspends the thread, and try_wait with a suspend-time hint of 0 ns.  If the per-warp law
+// were the blocking wait's wake-up, these would lift it.
+__device__ __forceinline__ void mbarrier_spin(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "spin_%=:\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra spin_%=;\n"
+      "}\n" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_wait_hint(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "hint_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+      "@!done bra hint_%=;\n"
+      "}\n" ::"r"(smem_address(bar)),
+      "r"(parity), "r"(0)
+      : "memory");
+}
+
 // Pieces of `rows` rows: warp w of a CTA takes pieces w, w + 4, ... of the CTA's slice.
 __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__ CUtensorMap map, const unsigned char* buf,
                                                       Config c, uint32_t* sink, int* smid) {
@@ -126,7 +159,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
   auto fold_piece = [&](const unsigned char* piece) {  // this lane's 16 B of each 512
     for (int o = lane * 16; o < piece_bytes; o += 512) fold(*reinterpret_cast<const uint4*>(piece + o));
   };
-  if (c.path == kLdg) {
+  // ldg-sts: the ldg path's registers stored into shared memory and folded from there (the copy a
+  // loop would make if K/V came through registers into its ring).
+  unsigned char* const staging = smem + warp * kMaxStages * 2048;
+  if (c.path == kLdg || c.path == kLdgSts) {
     // Pieces of 16 rows: a lane reads 16 B of each 512 B, 4 loads a piece; `stages` pieces' loads
     // are all issued before the first is folded.
     for (int64_t p = warp; p < pieces; p += c.warps * int64_t{c.stages}) {
@@ -137,6 +173,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
         const unsigned char* base = buf + piece_row(c, blockIdx.x, q, pieces, gridDim.x) * kRowBytes + lane * 16;
 #pragma unroll
         for (int k = 0; k < 4; ++k) v[s][k] = s < c.stages && q < pieces ? ldg_16(base + 512 * k) : make_uint4(0, 0, 0, 0);
+      }
+      if (c.path == kLdgSts) {
+#pragma unroll
+        for (int s = 0; s < kMaxStages; ++s) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) *reinterpret_cast<uint4*>(staging + s * 2048 + 512 * k + lane * 16) = v[s][k];
+        }
+        __syncwarp();
+#pragma unroll
+        for (int s = 0; s < kMaxStages; ++s) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) v[s][k] = *reinterpret_cast<const uint4*>(staging + s * 2048 + 512 * k + ((lane + 1) % 32) * 16);
+        }
+        __syncwarp();
       }
 #pragma unroll
       for (int s = 0; s < kMaxStages; ++s) {
@@ -205,11 +255,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
       asm volatile("cp.async.commit_group;" ::: "memory");
       return;
     }
-    if (lane != 0) return;
+    // tma-lanes: stage s's requests come from lane s (is the law per issuing thread?).
+    if (lane != (c.path == kTmaLanes ? static_cast<int>(i % c.stages) : 0)) return;
     uint64_t* bar = &full[warp][i % c.stages];
     if (c.fence) fence_proxy_async();
     mbarrier_arrive_expect_tx(bar, piece_bytes);
-    if (c.path == kTma) {
+    if (c.path != kBulk) {
       tma_load_piece(&map, dst, bar, row, c.rows, c.boxes, policy);
     } else {
       bulk_load(dst, buf + row * kRowBytes, piece_bytes, bar, policy);
@@ -239,7 +290,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
       }
       __syncwarp();
     } else {
-      mbarrier_wait(&full[warp][i % c.stages], static_cast<uint32_t>((i / c.stages) & 1));
+      uint64_t* bar = &full[warp][i % c.stages];
+      const uint32_t parity = static_cast<uint32_t>((i / c.stages) & 1);
+      if (c.path == kTmaTest) {
+        mbarrier_spin(bar, parity);
+      } else if (c.path == kTmaHint) {
+        mbarrier_wait_hint(bar, parity);
+      } else {
+        mbarrier_wait(bar, parity);
+      }
     }
     fold_piece(stage);
     __syncwarp();
@@ -299,17 +358,20 @@ int main() {
   // ring (tma-cta) beside per-warp rings of the same pieces, then each path at 2 to 8 pieces in
   // flight a warp; SM_INTAKE_ORDERS=3 runs each also with the CTAs' pieces on one front (order 1)
   // and scattered (2), to ask whether the per-warp law is the addresses'.
-  const std::vector<Shape> shapes = {{kTma, 16, 2, 1, 1, 4},    {kTmaCta, 16, 2, 1, 1, 4}, {kTmaCta, 16, 8, 1, 1, 4},
-                                     {kTma, 64, 2, 1, 4, 4},    {kTmaCta, 64, 2, 1, 4, 4}, {kLdg, 16, 2, 0, 1, 4},
-                                     {kLdg, 16, 4, 0, 1, 4},    {kLdg, 16, 8, 0, 1, 4},    {kAsync, 16, 2, 0, 1, 4},
-                                     {kAsync, 16, 8, 0, 1, 4},  {kTma, 16, 8, 1, 1, 4},    {kBulk, 16, 8, 1, 1, 4}};
+  // Session 40: the per-warp law's suspects, each beside plain tma: the blocking wait's wake-up
+  // (tma-test spins on test_wait, tma-hint passes try_wait a 0 ns suspend hint), one issuing lane
+  // (tma-lanes: stage s's box from lane s), and shared-memory stores (ldg-sts).
+  const std::vector<Shape> shapes = {{kTma, 16, 8, 1, 1, 4},      {kTmaTest, 16, 8, 1, 1, 4}, {kTmaHint, 16, 8, 1, 1, 4},
+                                     {kTmaLanes, 16, 8, 1, 1, 4}, {kTma, 64, 2, 1, 4, 4},     {kTmaTest, 64, 2, 1, 4, 4},
+                                     {kTmaLanes, 64, 2, 1, 4, 4}, {kLdg, 16, 8, 0, 1, 4},     {kLdgSts, 16, 8, 0, 1, 4},
+                                     {kLdgSts, 16, 4, 0, 1, 4}};
   const int orders = std::getenv("SM_INTAKE_ORDERS") ? std::atoi(std::getenv("SM_INTAKE_ORDERS")) : 1;
   for (const Shape& s : shapes) for (int order = 0; order < orders; ++order) {
     const CUtensorMap map = row_map(buf, s.rows / s.boxes);
     for (int ctas : {64, sms, 2 * sms}) {
       for (int per_sm : {1, 2}) {
         if (per_sm != (ctas > sms ? 2 : 1)) continue;  // two an SM only where one an SM cannot hold the grid
-        const int ring = s.path == kLdg ? 0 : s.warps * s.stages * s.rows * kRowBytes + 1024;
+        const int ring = s.path == kLdg ? 0 : s.path == kLdgSts ? s.warps * kMaxStages * 2048 : s.warps * s.stages * s.rows * kRowBytes + 1024;
         // Pad the shared memory so at most per_sm CTAs share an SM (1 KB a CTA is the system's).
         const int pad = smem_per_sm / (per_sm + 1) + 1024;
         const int dynamic = ring > pad ? ring : pad;

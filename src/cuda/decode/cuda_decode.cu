@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "api/backends.h"
+#include "common/env_choice.h"
 #include "cuda/check.h"
 #include "cuda/decode/decode_launch.h"
 #include "cuda/device_checks.h"
@@ -74,7 +75,32 @@ bool tma_possible(const tileattn_kvcache_params& p) {
   return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
-bool setup_tma(cuda::decode::DecodeArgs& args) {
+// The wide ring (tma_block_loop.cuh: 32-key blocks at d128, one CTA an SM) under
+// TILEATTN_DECODE_RING=auto: calls whose unsplit grid fits one CTA an SM, on a contiguous cache or
+// pages of whole 32-key blocks.  There one CTA an SM streams alone, and 16 KB steps take it faster
+// than 8 KB ones (sm_intake: a warp's copies arrive about one block at a time); where the grid is
+// larger, two narrow CTAs an SM overlap each other's fixed costs.  Measured on the H200 (session
+// 39's branch, the ring everywhere): 12 x 2k +7%, 16 x 2k +5%, batch 1-8 level, 24-64 x 2k -3 to
+// -5%, pages of 16 (two boxes a block) -2 to -33%.  `narrow` and `wide` force a ring (d128, A/B
+// runs and tests).  Shapes and the device decide it, so the workspace query agrees with the call.
+enum RingChoice { kRingAuto, kRingNarrow, kRingWide };
+
+// TILEATTN_DECODE_RING, read and checked at every call on every device (a bad value raises an
+// error naming it even where no TMA ring can run).
+RingChoice ring_choice() {
+  return static_cast<RingChoice>(env_choice("TILEATTN_DECODE_RING", {"auto", "narrow", "wide"}));
+}
+
+bool wide_ring_chosen(const cuda::decode::DecodeArgs& args, RingChoice choice) {
+  const tileattn_kvcache_params& p = args.p;
+  if (p.fwd.head_dim != 128) return false;
+  if (choice != kRingAuto) return choice == kRingWide;
+  if (p.block_table != nullptr && p.page_size % cuda::decode::tma_block_keys(128, true) != 0) return false;
+  const int64_t unsplit_ctas = static_cast<int64_t>(p.fwd.batch) * args.row_blocks * p.fwd.num_heads_k;
+  return unsplit_ctas <= cuda::sm_count();
+}
+
+bool setup_tma(cuda::decode::DecodeArgs& args, RingChoice ring) {
   const tileattn_kvcache_params& p = args.p;
   const ForwardParams& f = p.fwd;
   if (!tma_possible(p) || !args.vector_k || !args.vector_v) return false;
@@ -85,7 +111,8 @@ bool setup_tma(cuda::decode::DecodeArgs& args) {
   const CUtensorMapDataType dtype =
       f.dtype == TILEATTN_FLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   // A block starts at a multiple of its size, so boxes of gcd(block, page) keys stay inside a page.
-  const int block = cuda::decode::tma_block_keys(f.head_dim);
+  args.wide_ring = wide_ring_chosen(args, ring);
+  const int block = cuda::decode::tma_block_keys(f.head_dim, args.wide_ring);
   args.tma_box_keys = paged ? std::gcd(block, static_cast<int>(p.page_size)) : block;
   return encode_cache_map(&args.tma_k, f.k, dtype, f.head_dim, f.num_heads_k, rows, units, f.k_head_stride,
                           f.k_row_stride, f.k_batch_stride, args.tma_box_keys) &&
@@ -118,10 +145,12 @@ int64_t cuda_kvcache_workspace_size(const KvCacheParams& p) {
   using namespace cuda;
   const ForwardParams& f = p.fwd;
   require_sm80();
+  const RingChoice ring = ring_choice();
   if (f.batch == 0 || f.seqlen_q == 0 || f.num_heads == 0) return 0;
   require_grid_fits(f);
   decode::DecodeArgs args = shape_args(p);
   args.tma = tma_possible(p);
+  args.wide_ring = args.tma && wide_ring_chosen(args, ring);
   if (f.dtype == TILEATTN_FLOAT16) return decode::workspace_bytes<__half>(args);
   if (f.dtype == TILEATTN_BFLOAT16) return decode::workspace_bytes<__nv_bfloat16>(args);
   throw Error(ErrorCode::kDtype, "q", "the CUDA backend takes float16 or bfloat16");
@@ -137,6 +166,7 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
       {p.cache_leftpad, "cache_leftpad"}, {p.block_table, "block_table"}, {p.k_new, "k"}, {p.v_new, "v"},
       {p.rotary_cos, "rotary_cos"}, {p.rotary_sin, "rotary_sin"}, {p.workspace, "workspace"}};
   for (const auto& [ptr, name] : pointers) require_device_pointer(ptr, name);
+  const RingChoice ring = ring_choice();
   if (f.batch == 0 || f.seqlen_q == 0 || f.num_heads == 0) return;
   require_grid_fits(f);
 
@@ -144,7 +174,7 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   args.vector_q = vector_aligned(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
   args.vector_k = vector_aligned(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride);
   args.vector_v = vector_aligned(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride);
-  args.tma = setup_tma(args);
+  args.tma = setup_tma(args, ring);
   const cudaStream_t stream = static_cast<cudaStream_t>(f.stream);
   if (f.dtype == TILEATTN_FLOAT16) {
     decode::run_decode<__half>(args, stream);

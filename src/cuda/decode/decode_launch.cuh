@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "common/env_choice.h"
 #include "cuda/check.h"
@@ -24,15 +25,20 @@
 
 namespace tileattn::cuda::decode {
 
+// The TMA ring of the split kernel's loop kTma (kLoopRing or kLoopWideRing).
+template <typename T, int kD, int kTma>
+using LoopRing = TmaRing<T, kD, kTma == kLoopWideRing>;
+
 // Dynamic shared memory of the split kernel: the TMA ring, or none.
-template <typename T, int kD, bool kTma>
+template <typename T, int kD, int kTma>
 constexpr int split_dynamic_smem() {
-  return kTma ? static_cast<int>(sizeof(TmaRing<T, kD>)) + 1024 : 0;  // + 1024: the kernel aligns the base
+  // + 1024: the kernel aligns the base
+  return kTma != kLoopRegisters ? static_cast<int>(sizeof(LoopRing<T, kD, kTma>)) + 1024 : 0;
 }
 
 // Resident CTAs of the split kernel over all SMs, which the split heuristic fills (counted on the
 // first device that runs it), after the kernel's shared-memory opt-in on the current device.
-template <typename T, int kD, int kHalves, bool kTma, bool kPages, bool kNewToken>
+template <typename T, int kD, int kHalves, int kTma, bool kPages, bool kNewToken>
 int prepare_split_kernel() {
   constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
   const auto kernel = split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>;
@@ -113,9 +119,9 @@ inline int64_t split_ctas(const DecodeArgs& args) {
 // that runs it), or nullptr where the cluster merge does not apply: the register loop, compute
 // capability below 9.0, TILEATTN_DECODE_SPLIT_MERGE=combine.
 // Call after prepare_split_kernel (the shared-memory opt-in the occupancy query needs).
-template <typename T, int kD, int kHalves, bool kTma, bool kPages, bool kNewToken>
+template <typename T, int kD, int kHalves, int kTma, bool kPages, bool kNewToken>
 const int* cluster_resident() {
-  if constexpr (!kTma) {
+  if constexpr (kTma == kLoopRegisters) {
     return nullptr;  // the register loop: no clusters
   } else {
     if (!programmatic_launch_supported() || cluster_merge_disabled()) return nullptr;
@@ -142,9 +148,9 @@ const int* cluster_resident() {
 
 // The split plan the kernel <T, kD, kHalves, kTma, kPages, kNewToken> runs with: the caller's split
 // count or the heuristic's, and whether the splits merge in a cluster.
-template <typename T, int kD, int kHalves, bool kTma, bool kPages = false, bool kNewToken = false>
+template <typename T, int kD, int kHalves, int kTma, bool kPages = false, bool kNewToken = false>
 SplitPlan split_plan(const DecodeArgs& args) {
-  constexpr int step = kTma ? TmaRing<T, kD>::kKeys : kChunk;  // keys a warp takes at a time
+  constexpr int step = kTma != kLoopRegisters ? LoopRing<T, kD, kTma>::kKeys : kChunk;  // keys a warp takes at a time
   const int resident = prepare_split_kernel<T, kD, kHalves, kTma, kPages, kNewToken>();
   return choose_split_plan(args.num_splits, split_ctas(args), resident,
                            cluster_resident<T, kD, kHalves, kTma, kPages, kNewToken>(), args.p.fwd.seqlen_k, step);
@@ -187,7 +193,7 @@ decltype(auto) with_bucket(const DecodeArgs& args, Fn&& fn) {
 // count is chosen once, and the caller's workspace is checked against that count before anything
 // is launched, so a refused call changes nothing (the append writes into the cache).  With
 // kNewToken the split kernel appends the call's one new token itself: no append kernel.
-template <typename T, int kD, int kHalves, bool kTma, bool kPages, bool kNewToken>
+template <typename T, int kD, int kHalves, int kTma, bool kPages, bool kNewToken>
 void launch_decode(DecodeArgs args, cudaStream_t stream) {
   const tileattn_fwd_params& f = args.p.fwd;
   constexpr int dynamic_smem = split_dynamic_smem<T, kD, kTma>();
@@ -223,42 +229,61 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
 }
 
 // The most workspace a call can need: over the register kernel and, when args.tma says the call
-// may take it (the pointers decide at launch), the TMA kernels, whose split count can differ.
+// may take it (the pointers decide at launch), the TMA kernels of its ring, whose split count can
+// differ.
 template <typename T>
 int64_t workspace_bytes(const DecodeArgs& args) {
   return with_bucket(args, [&](auto bucket) {
     using B = decltype(bucket);
-    int splits = split_plan<T, B::kD, B::kHalves, false>(args).splits;
+    int splits = split_plan<T, B::kD, B::kHalves, kLoopRegisters>(args).splits;
+    const auto ring_splits = [&](auto loop) {
+      constexpr int kLoop = decltype(loop)::value;
+      return std::max({split_plan<T, B::kD, B::kHalves, kLoop, false>(args).splits,
+                       split_plan<T, B::kD, B::kHalves, kLoop, true>(args).splits,
+                       split_plan<T, B::kD, B::kHalves, kLoop, false, true>(args).splits,
+                       split_plan<T, B::kD, B::kHalves, kLoop, true, true>(args).splits});
+    };
     if (args.tma && args.p.fwd.head_dim == B::kD) {
-      splits = std::max({splits, split_plan<T, B::kD, B::kHalves, true, false>(args).splits,
-                         split_plan<T, B::kD, B::kHalves, true, true>(args).splits,
-                         split_plan<T, B::kD, B::kHalves, true, false, true>(args).splits,
-                         split_plan<T, B::kD, B::kHalves, true, true, true>(args).splits});
+      if constexpr (B::kD == 128) {
+        splits = std::max(splits, args.wide_ring ? ring_splits(std::integral_constant<int, kLoopWideRing>{})
+                                                 : ring_splits(std::integral_constant<int, kLoopRing>{}));
+      } else {
+        splits = std::max(splits, ring_splits(std::integral_constant<int, kLoopRing>{}));
+      }
     }
     return partial_layout(splits, args.p.fwd).bytes;
   });
 }
 
-// The TMA kernel when the caller set it up (cuda_decode.cu) for exactly this head dim (the tensor
-// map's box is kD wide), with the page window when each block lies in one page and appending the
-// call's new token itself when there is exactly one (one token a sequence a step: a serving
-// step; 1 x 2k +12%, perf log, session 30); else the register kernel, after the append kernel.
+// The TMA kernel of the call's ring when the caller set it up (cuda_decode.cu) for exactly this
+// head dim (the tensor map's box is kD wide), with the page window when each block lies in one page
+// and appending the call's new token itself when there is exactly one (one token a sequence a
+// step: a serving step; 1 x 2k +12%, perf log, session 30); else the register kernel, after the
+// append kernel.  The wide ring is built at d128 only.
+template <typename T, int kD, int kHalves, int kLoop>
+void launch_ring(const DecodeArgs& args, cudaStream_t stream) {
+  const bool pages = args.p.block_table != nullptr && args.tma_box_keys == LoopRing<T, kD, kLoop>::kKeys;
+  const bool new_token = args.p.k_new != nullptr && args.p.seqlen_new == 1;
+  if (pages) {
+    new_token ? launch_decode<T, kD, kHalves, kLoop, true, true>(args, stream)
+              : launch_decode<T, kD, kHalves, kLoop, true, false>(args, stream);
+  } else {
+    new_token ? launch_decode<T, kD, kHalves, kLoop, false, true>(args, stream)
+              : launch_decode<T, kD, kHalves, kLoop, false, false>(args, stream);
+  }
+}
+
 template <typename T>
 void run_decode(DecodeArgs args, cudaStream_t stream) {
   with_bucket(args, [&](auto bucket) {
     using B = decltype(bucket);
     if (args.tma && args.p.fwd.head_dim == B::kD) {
-      const bool pages = args.p.block_table != nullptr && args.tma_box_keys == TmaRing<T, B::kD>::kKeys;
-      const bool new_token = args.p.k_new != nullptr && args.p.seqlen_new == 1;
-      if (pages) {
-        new_token ? launch_decode<T, B::kD, B::kHalves, true, true, true>(args, stream)
-                  : launch_decode<T, B::kD, B::kHalves, true, true, false>(args, stream);
-      } else {
-        new_token ? launch_decode<T, B::kD, B::kHalves, true, false, true>(args, stream)
-                  : launch_decode<T, B::kD, B::kHalves, true, false, false>(args, stream);
+      if constexpr (B::kD == 128) {
+        if (args.wide_ring) return launch_ring<T, B::kD, B::kHalves, kLoopWideRing>(args, stream);
       }
+      launch_ring<T, B::kD, B::kHalves, kLoopRing>(args, stream);
     } else {
-      launch_decode<T, B::kD, B::kHalves, false, false, false>(args, stream);
+      launch_decode<T, B::kD, B::kHalves, kLoopRegisters, false, false>(args, stream);
     }
   });
 }

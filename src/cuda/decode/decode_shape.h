@@ -21,8 +21,17 @@ constexpr int kMaxSplits = 128;
 // (cluster_merge.cuh): 8 is the largest portable cluster size, which every sm90 part schedules.
 constexpr int kMaxClusterSplits = 8;
 
+// The split kernel's streaming loops (its kTma parameter): K/V straight into registers, a TMA ring,
+// or the TMA ring of twice the keys a block (d128 only).
+constexpr int kLoopRegisters = 0;
+constexpr int kLoopRing = 1;
+constexpr int kLoopWideRing = 2;
+
 // Keys a warp's TMA block holds (tma_block_loop.cuh): 4 KB of K and 4 KB of V up to d128 (d64 32
-// keys, d128 16), 16 keys (8 KB each) at d256; 16 is the k of P V's m16n8k16.
-TILEATTN_HOST_DEVICE constexpr int tma_block_keys(int head_dim) { return head_dim <= 128 ? 2048 / head_dim : 16; }
+// keys, d128 16), 16 keys (8 KB each) at d256; 16 is the k of P V's m16n8k16.  The wide ring's
+// blocks hold 8 KB of each (d128: 32 keys).
+TILEATTN_HOST_DEVICE constexpr int tma_block_keys(int head_dim, bool wide = false) {
+  return head_dim <= 128 ? (wide ? 4096 : 2048) / head_dim : 16;
+}
 
 }  // namespace tileattn::cuda::decode

@@ -42,21 +42,22 @@ struct SplitSmem {
 // kHalves = 1 when a CTA has at most 8 query rows (GQA groups up to 8 with one new token: every
 // group of the issue's 32 / 8 heads): the m16 tiles' rows 8..15 are padding, and dropping their
 // accumulators (O, S, the row statistics) frees 36 registers a thread at D = 128.
-// kTma: K and V arrive in shared memory by TMA, blocks of TmaRing::kKeys keys requested before the
-// Q setup and kept TmaRing::kStages blocks ahead of each warp's math (tma_block_loop.cuh,
-// TmaRing::kCtasPerSm CTAs an SM); without it they go from global memory straight into registers,
-// one 16-key chunk per warp at a time (3 CTAs an SM at d <= 128).  kPages (with kTma): a paged
-// cache whose pages hold whole blocks, whose pages are read ahead (PageWindow, tma_block_loop.cuh).
-template <typename T, int kD, int kHalves, bool kTma, bool kPages = false, bool kNewToken = false>
-__global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : kD <= 128 ? 3 : 1)
+// kTma (kLoopRegisters, kLoopRing, kLoopWideRing): K and V arrive in shared memory by TMA, blocks of
+// TmaRing::kKeys keys requested before the Q setup and kept TmaRing::kStages blocks ahead of each
+// warp's math (tma_block_loop.cuh, TmaRing::kCtasPerSm CTAs an SM; the wide ring's blocks are twice
+// as long); without it they go from global memory straight into registers, one 16-key chunk per
+// warp at a time (3 CTAs an SM at d <= 128).  kPages (with kTma): a paged cache whose pages hold
+// whole blocks, whose pages are read ahead (PageWindow, tma_block_loop.cuh).
+template <typename T, int kD, int kHalves, int kTma, bool kPages = false, bool kNewToken = false>
+__global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD, kTma == kLoopWideRing>::kCtasPerSm : kD <= 128 ? 3 : 1)
     split_kernel(const __grid_constant__ DecodeArgs args) {
   static_assert(kD % 64 == 0, "V vectors cover 64 dims per 8 lanes");
   static_assert(kHalves == 1 || kHalves == 2, "rows g, or rows g and g + 8");
   constexpr int kC = 2 * kHalves;  // accumulator floats per m16n8 tile a thread keeps
   __shared__ SplitSmem<kD> sm;
-  using Ring = TmaRing<T, kD>;
+  using Ring = TmaRing<T, kD, kTma == kLoopWideRing>;
   Ring* ring = nullptr;
-  if constexpr (kTma) {
+  if constexpr (kTma != kLoopRegisters) {
     extern __shared__ unsigned char tma_smem[];  // sizeof(Ring) + 1024: the 128-byte swizzle needs 1024-byte alignment
     ring = reinterpret_cast<Ring*>((reinterpret_cast<uintptr_t>(tma_smem) + 1023) & ~static_cast<uintptr_t>(1023));
   }
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
   PageWindow pages{};
   WarpBlocks blocks{};
   T* const new_row_staging = reinterpret_cast<T*>(&sm.o[1][0][0]);  // o[1] is unused before the merge
-  if constexpr (kTma) {
+  if constexpr (kTma != kLoopRegisters) {
     pages = open_page_window<Ring::kKeys, kPages>(args, seq, walk, warp, lane);
     int first_pages[Ring::kStages];
 #pragma unroll
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
       for (int i = 0; i < Ring::kStages; ++i) mbarrier_init(&ring->full[warp][i], 1);
       fence_barrier_init();
       for (int i = 0; i < Ring::kStages; ++i) {
-        tma_request_block<T, kD, kNewToken>(args, seq, walk, ring, warp, i, pages, first_pages[i]);
+        tma_request_block<Ring, kNewToken>(args, seq, walk, ring, warp, i, pages, first_pages[i]);
       }
     }
     __syncwarp();
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
 
   float o[kD / 8][kC] = {};
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};  // [1] unused when kHalves = 1
-  if constexpr (kTma) {
+  if constexpr (kTma != kLoopRegisters) {
     // Q's A fragments in registers, dims in natural order (the TMA loop's K comes by ldmatrix).
     const auto& qf = sm.o[0];
     uint4 qa[kD / 16];
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD>::kCtasPerSm : 
                          pack2<T>(qf[g][d + 8], qf[g][d + 9]),
                          kHalves == 2 ? pack2<T>(qf[g + 8][d + 8], qf[g + 8][d + 9]) : 0u);
     }
-    tma_block_loop<T, kD, kHalves, kNewToken>(args, seq, walk, ring, pages, rules, qa, o, m, l, blocks,
+    tma_block_loop<Ring, kHalves, kNewToken>(args, seq, walk, ring, pages, rules, qa, o, m, l, blocks,
                                               new_row_staging);
   } else {
     for (int e = threadIdx.x; e < kD / 16 * 32; e += kThreads) {

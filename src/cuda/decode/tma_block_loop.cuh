@@ -23,14 +23,21 @@
 
 namespace tileattn::cuda::decode {
 
-template <typename T, int kD>
+// kWide (d128 only, `wide_ring_chosen` in cuda_decode.cu): blocks of twice the keys, 16 KB of K and V
+// a stage, 128 KB a CTA and one CTA an SM.  A warp's copies into shared memory arrive about one
+// block at a time whatever their size (bench/gpu/sm_intake.cu), so 16 KB steps stream a CTA faster
+// where one CTA an SM has the SM alone: the grids of at most one CTA an SM (12 x 2k +7% in session
+// 39's branch, 24-64 x 2k -3 to -5%, where two CTAs an SM overlap each other's fixed costs).
+template <typename T, int kD, bool kWide = false>
 struct TmaRing {
-  static constexpr int kKeys = tma_block_keys(kD);  // d64 32, d128 16, d256 16 keys
+  using Elem = T;
+  static constexpr int kDim = kD;
+  static constexpr int kKeys = tma_block_keys(kD, kWide);  // d64 32, d128 16 (wide 32), d256 16 keys
   // 2 stages a warp, 4 warps: 64 KB a CTA and two CTAs an SM up to d128 (so one CTA's start and
   // end overlap the other's streaming: +2-7% over one CTA with 3 stages of twice the keys,
-  // perf log); d256: 128 KB, one CTA.
+  // perf log); d256 and the wide ring: 128 KB, one CTA.
   static constexpr int kStages = 2;
-  static constexpr int kCtasPerSm = kD <= 128 ? 2 : 1;
+  static constexpr int kCtasPerSm = kD <= 128 && !kWide ? 2 : 1;
   static constexpr int kSlabs = kD / 64;
   static constexpr int kSlabBytes = kKeys * 128;
   static constexpr int kTileBytes = kSlabs * kSlabBytes;
@@ -126,11 +133,9 @@ __device__ __forceinline__ int64_t box_unit(const tileattn_kvcache_params& p, co
 // all lanes computed).  Boxes of args.tma_box_keys keys wholly outside [vis_lo, vis_hi] or on a page
 // that does not exist are skipped (the consumer fills their rows); the barrier expects the bytes of
 // the boxes requested.
-template <typename T, int kD, bool kNewToken>
+template <typename Ring, bool kNewToken>
 __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
-                                                  TmaRing<T, kD>* ring, int warp, int i, const PageWindow& pw,
-                                                  int page) {
-  using Ring = TmaRing<T, kD>;
+                                                  Ring* ring, int warp, int i, const PageWindow& pw, int page) {
   const int block = w.begin + warp + i * kWarps;
   if (block >= w.end) return;
   const int stage = i % Ring::kStages, pos0 = w.base + block * Ring::kKeys, box = args.tma_box_keys;
@@ -185,12 +190,12 @@ __device__ __forceinline__ uint32_t tile_offset(int key, int col) {
 // NaN, so the scores are NaN and the row sum l with them (the warp merge keeps a NaN l), and the
 // rows' O and LSE come out NaN (loud, not out of bounds), as in the register loop.  NaN V alone
 // would leave the LSE finite.
-template <typename T, int kD>
+template <typename Ring>
 __device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
                                                    unsigned char* k_tile, unsigned char* v_tile, int pos0,
                                                    int lane) {
-  using Ring = TmaRing<T, kD>;
-  constexpr int kCols = kD / 8;
+  using T = typename Ring::Elem;
+  constexpr int kCols = Ring::kDim / 8;
   for (int e = lane; e < Ring::kKeys * kCols; e += 32) {
     const int key = e / kCols, col = e % kCols, pos = pos0 + key;
     const int box_start = pos0 + key / args.tma_box_keys * args.tma_box_keys;
@@ -258,11 +263,10 @@ __device__ __forceinline__ void stage_new_row(const DecodeArgs& args, const Sequ
   __syncwarp();
 }
 
-template <typename T, int kD>
+template <typename Ring, typename T = typename Ring::Elem, int kD = Ring::kDim>
 __device__ __forceinline__ void copy_new_row(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
                                              const T* staging, unsigned char* k_tile, unsigned char* v_tile, int pos0,
                                              int lane) {
-  using Ring = TmaRing<T, kD>;
   constexpr int kCols = kD / 8;  // 16-byte columns of a row; kD == head_dim on the TMA path
   const int pos = seq.seqlen, key = pos - pos0;
   // Visible only (fill_unloaded_rows zeroed V outside [vis_lo, vis_hi], as 0 x NaN would be NaN);
@@ -281,12 +285,12 @@ __device__ __forceinline__ void copy_new_row(const DecodeArgs& args, const Seque
 // then the request of its (i + kStages)-th.  kNewRow: the block holds the new token the split kernel
 // takes itself, staged at `staging` (copy_new_row).  qa: Q's A fragments for the kD / 16 k-steps,
 // dims in natural order.  o[n][e] is O for row g + 8 (e / 2), dim 8n + 2t + (e & 1).
-template <typename T, int kD, int kHalves, bool kNewToken, bool kNewRow>
+template <typename Ring, int kHalves, bool kNewToken, bool kNewRow, typename T = typename Ring::Elem,
+          int kD = Ring::kDim>
 __device__ __forceinline__ void tma_block_step(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
-                                               TmaRing<T, kD>* ring, PageWindow& pw, const ScoreRules& rules,
+                                               Ring* ring, PageWindow& pw, const ScoreRules& rules,
                                                const uint4 (&qa)[kD / 16], float (&o)[kD / 8][2 * kHalves],
                                                float (&m)[2], float (&l)[2], int i, const T* staging) {
-  using Ring = TmaRing<T, kD>;
   constexpr int kKeys = Ring::kKeys, kC = 2 * kHalves;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const int quad = lane / 8, row8 = lane % 8;  // this lane's ldmatrix row: matrix `quad`, row `row8`
@@ -305,11 +309,11 @@ __device__ __forceinline__ void tma_block_step(const DecodeArgs& args, const Seq
       all_pages = all_pages && ok;
     }
     if (!inside || !all_pages) {
-      fill_unloaded_rows<T, kD>(args, seq, w, ring->k[warp][stage], ring->v[warp][stage], pos0, lane);
+      fill_unloaded_rows<Ring>(args, seq, w, ring->k[warp][stage], ring->v[warp][stage], pos0, lane);
     }
   }
   if constexpr (kNewRow) {
-    copy_new_row<T, kD>(args, seq, w, staging, ring->k[warp][stage], ring->v[warp][stage], pos0, lane);
+    copy_new_row<Ring>(args, seq, w, staging, ring->k[warp][stage], ring->v[warp][stage], pos0, lane);
   }
   const uint32_t k_tile = smem_address(ring->k[warp][stage]);
   const uint32_t v_tile = smem_address(ring->v[warp][stage]);
@@ -364,31 +368,31 @@ __device__ __forceinline__ void tma_block_step(const DecodeArgs& args, const Seq
     }
   }
   __syncwarp();  // every lane's ldmatrix of this stage has returned (their values fed the mmas)
-  if (lane == 0) tma_request_block<T, kD, kNewToken>(args, seq, w, ring, warp, i + Ring::kStages, pw, ahead_page);
+  if (lane == 0) tma_request_block<Ring, kNewToken>(args, seq, w, ring, warp, i + Ring::kStages, pw, ahead_page);
 }
 
 // The warp's blocks.  With one new token taken by the split kernel (kNewToken), the one that holds
 // it (WarpBlocks::last_new) has its step peeled off the loop: inside it, as a branch, the new row's
 // code raised the loop's registers from 182 to 212 at d128 and cost calls without an append 1.5-6%
 // (perf log, session 30), and kernels without kNewToken keep their loop as it was.
-template <typename T, int kD, int kHalves, bool kNewToken>
+template <typename Ring, int kHalves, bool kNewToken, typename T = typename Ring::Elem, int kD = Ring::kDim>
 __device__ __forceinline__ void tma_block_loop(const DecodeArgs& args, const SequenceKeys& seq, const BlockWalk& w,
-                                               TmaRing<T, kD>* ring, PageWindow& pw, const ScoreRules& rules,
+                                               Ring* ring, PageWindow& pw, const ScoreRules& rules,
                                                const uint4 (&qa)[kD / 16], float (&o)[kD / 8][2 * kHalves],
                                                float (&m)[2], float (&l)[2], const WarpBlocks& blocks,
                                                const T* staging) {
   if constexpr (!kNewToken) {
     const int warp = threadIdx.x / 32;
     for (int i = 0; w.begin + warp + i * kWarps < w.end; ++i) {
-      tma_block_step<T, kD, kHalves, false, false>(args, seq, w, ring, pw, rules, qa, o, m, l, i, staging);
+      tma_block_step<Ring, kHalves, false, false>(args, seq, w, ring, pw, rules, qa, o, m, l, i, staging);
     }
   } else {
     const int plain = blocks.count - (blocks.last_new ? 1 : 0);
     for (int i = 0; i < plain; ++i) {
-      tma_block_step<T, kD, kHalves, true, false>(args, seq, w, ring, pw, rules, qa, o, m, l, i, staging);
+      tma_block_step<Ring, kHalves, true, false>(args, seq, w, ring, pw, rules, qa, o, m, l, i, staging);
     }
     if (blocks.last_new) {
-      tma_block_step<T, kD, kHalves, true, true>(args, seq, w, ring, pw, rules, qa, o, m, l, plain, staging);
+      tma_block_step<Ring, kHalves, true, true>(args, seq, w, ring, pw, rules, qa, o, m, l, plain, staging);
     }
   }
 }
