@@ -61,6 +61,19 @@ TEST(SplitHeuristic, RequestedCountIsHonouredWithinBounds) {
   EXPECT_EQ(choose_num_splits(8, 8, kTmaResident, 48, kBlock), 3);  // 3 chunks
 }
 
+// The wide ring (32-key blocks at d128, one CTA an SM), which serves the grids of at most one CTA an
+// SM (cuda_decode.cu, session 40): 12 and 16 sequences x 8 KV heads at 2k stay unsplit, one CTA a
+// (sequence, KV head) as cuDNN runs them; batch 8 takes 2 splits (128 CTAs), batch 1 16.
+TEST(SplitHeuristic, WideRingCounts) {
+  constexpr int kWideResident = 132, kWideBlock = 32;
+  EXPECT_EQ(choose_num_splits(0, 12 * 8, kWideResident, 2048, kWideBlock), 1);
+  for (int keys : {2048, 8192, 32768}) {
+    EXPECT_EQ(choose_num_splits(0, 16 * 8, kWideResident, keys, kWideBlock), 1) << keys;
+    EXPECT_EQ(choose_num_splits(0, 8 * 8, kWideResident, keys, kWideBlock), 2) << keys;
+    EXPECT_EQ(choose_num_splits(0, 8, kWideResident, keys, kWideBlock), 16) << keys;
+  }
+}
+
 // CTAs resident in clusters of s on the H200 at two CTAs an SM (cudaOccupancyMaxActiveClusters x s,
 // measured in session 35): a GPC's SMs do not divide evenly from 3 up.
 constexpr int kH200ClusterResident[9] = {0, 0, 264, 237, 248, 235, 234, 224, 240};
