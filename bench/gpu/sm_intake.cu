@@ -61,7 +61,8 @@ constexpr int kRowBytes = 128;
 
 enum Path { kTma, kBulk, kAsync, kLdg, kTmaCta, kTmaTest, kTmaHint, kTmaLanes, kLdgSts };
 const char* path_name(int p) {
-  static const char* const names[] = {"tma", "bulk", "async", "ldg", "tma-cta", "tma-test", "tma-hint", "tma-lanes", "ldg-sts"};
+  static const char* const names[] = {"tma",      "bulk",     "async",     "ldg",    "tma-cta",
+                                      "tma-test", "tma-hint", "tma-lanes", "ldg-sts"};
   return names[p];
 }
 
@@ -184,7 +185,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) stream(const __grid_constant__
 #pragma unroll
         for (int s = 0; s < kMaxStages; ++s) {
 #pragma unroll
-          for (int k = 0; k < 4; ++k) v[s][k] = *reinterpret_cast<const uint4*>(staging + s * 2048 + 512 * k + ((lane + 1) % 32) * 16);
+          for (int k = 0; k < 4; ++k) {  // a neighbour lane's 16 B, so the loads cannot be forwarded from the stores
+            v[s][k] = *reinterpret_cast<const uint4*>(staging + s * 2048 + 512 * k + (lane + 1) % 32 * 16);
+          }
         }
         __syncwarp();
       }
@@ -361,17 +364,19 @@ int main() {
   // Session 40: the per-warp law's suspects, each beside plain tma: the blocking wait's wake-up
   // (tma-test spins on test_wait, tma-hint passes try_wait a 0 ns suspend hint), one issuing lane
   // (tma-lanes: stage s's box from lane s), and shared-memory stores (ldg-sts).
-  const std::vector<Shape> shapes = {{kTma, 16, 8, 1, 1, 4},      {kTmaTest, 16, 8, 1, 1, 4}, {kTmaHint, 16, 8, 1, 1, 4},
-                                     {kTmaLanes, 16, 8, 1, 1, 4}, {kTma, 64, 2, 1, 4, 4},     {kTmaTest, 64, 2, 1, 4, 4},
-                                     {kTmaLanes, 64, 2, 1, 4, 4}, {kLdg, 16, 8, 0, 1, 4},     {kLdgSts, 16, 8, 0, 1, 4},
-                                     {kLdgSts, 16, 4, 0, 1, 4}};
+  const std::vector<Shape> shapes = {
+      {kTma, 16, 8, 1, 1, 4},      {kTmaTest, 16, 8, 1, 1, 4},  {kTmaHint, 16, 8, 1, 1, 4}, {kTmaLanes, 16, 8, 1, 1, 4},
+      {kTma, 64, 2, 1, 4, 4},      {kTmaTest, 64, 2, 1, 4, 4},  {kTmaLanes, 64, 2, 1, 4, 4}, {kLdg, 16, 8, 0, 1, 4},
+      {kLdgSts, 16, 8, 0, 1, 4},   {kLdgSts, 16, 4, 0, 1, 4}};
   const int orders = std::getenv("SM_INTAKE_ORDERS") ? std::atoi(std::getenv("SM_INTAKE_ORDERS")) : 1;
   for (const Shape& s : shapes) for (int order = 0; order < orders; ++order) {
     const CUtensorMap map = row_map(buf, s.rows / s.boxes);
     for (int ctas : {64, sms, 2 * sms}) {
       for (int per_sm : {1, 2}) {
         if (per_sm != (ctas > sms ? 2 : 1)) continue;  // two an SM only where one an SM cannot hold the grid
-        const int ring = s.path == kLdg ? 0 : s.path == kLdgSts ? s.warps * kMaxStages * 2048 : s.warps * s.stages * s.rows * kRowBytes + 1024;
+        const int ring = s.path == kLdg      ? 0
+                         : s.path == kLdgSts ? s.warps * kMaxStages * 2048
+                                             : s.warps * s.stages * s.rows * kRowBytes + 1024;
         // Pad the shared memory so at most per_sm CTAs share an SM (1 KB a CTA is the system's).
         const int pad = smem_per_sm / (per_sm + 1) + 1024;
         const int dynamic = ring > pad ? ring : pad;

@@ -80,9 +80,11 @@ bool tma_possible(const tileattn_kvcache_params& p) {
 // pages of whole 32-key blocks.  There one CTA an SM streams alone, and 16 KB steps take it faster
 // than 8 KB ones (sm_intake: a warp's copies arrive about one block at a time); where the grid is
 // larger, two narrow CTAs an SM overlap each other's fixed costs.  Measured on the H200 (session
-// 39's branch, the ring everywhere): 12 x 2k +7%, 16 x 2k +5%, batch 1-8 level, 24-64 x 2k -3 to
-// -5%, pages of 16 (two boxes a block) -2 to -33%.  `narrow` and `wide` force a ring (d128, A/B
-// runs and tests).  Shapes and the device decide it, so the workspace query agrees with the call.
+// 40, bench/results/h200-decode-ring-choice-ab-2026-12-03.txt): this rule against the narrow ring
+// everywhere 12 x 2k +7%, 16 x 2k +5%, 8 x 2k on pages of 256 +4%, the rest level; the wide ring
+// everywhere lost 24-64 x 2k 4-6% and pages of 16 (two boxes a block) 5-31%.  `narrow` and `wide`
+// force a ring (d128, A/B runs and tests).  Shapes and the device decide it, so the workspace query
+// agrees with the call.
 enum RingChoice { kRingAuto, kRingNarrow, kRingWide };
 
 // TILEATTN_DECODE_RING, read and checked at every call on every device (a bad value raises an

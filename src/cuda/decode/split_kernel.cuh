@@ -39,6 +39,14 @@ struct SplitSmem {
   bool row_poisoned[kRows];
 };
 
+// CTAs an SM the split kernel is built for (__launch_bounds__): its TMA ring's, or the register
+// loop's three (one at d256).
+template <typename T, int kD, int kTma>
+constexpr int split_ctas_per_sm() {
+  if constexpr (kTma != kLoopRegisters) return TmaRing<T, kD, kTma == kLoopWideRing>::kCtasPerSm;
+  return kD <= 128 ? 3 : 1;
+}
+
 // kHalves = 1 when a CTA has at most 8 query rows (GQA groups up to 8 with one new token: every
 // group of the issue's 32 / 8 heads): the m16 tiles' rows 8..15 are padding, and dropping their
 // accumulators (O, S, the row statistics) frees 36 registers a thread at D = 128.
@@ -49,7 +57,7 @@ struct SplitSmem {
 // warp at a time (3 CTAs an SM at d <= 128).  kPages (with kTma): a paged cache whose pages hold
 // whole blocks, whose pages are read ahead (PageWindow, tma_block_loop.cuh).
 template <typename T, int kD, int kHalves, int kTma, bool kPages = false, bool kNewToken = false>
-__global__ void __launch_bounds__(kThreads, kTma ? TmaRing<T, kD, kTma == kLoopWideRing>::kCtasPerSm : kD <= 128 ? 3 : 1)
+__global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
     split_kernel(const __grid_constant__ DecodeArgs args) {
   static_assert(kD % 64 == 0, "V vectors cover 64 dims per 8 lanes");
   static_assert(kHalves == 1 || kHalves == 2, "rows g, or rows g and g + 8");
