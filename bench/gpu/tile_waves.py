@@ -18,7 +18,7 @@ import torch
 
 import timing  # noqa: F401  bench/gpu/timing.py: puts the repository root on sys.path
 from bench import backends, shapes
-from bench.measure import make_inputs
+from bench.measure import Limits, time_backend
 
 ROWS = {64: 192, 128: 128, 256: 128}  # query rows a tile of the sm90 forward (tile_config_sm90.h)
 
@@ -43,17 +43,12 @@ def main():
     for r in range(args.rounds):
         order = args.backends[r % len(args.backends):] + args.backends[:r % len(args.backends)]
         for case in cases:
-            q, k, v, _ = make_inputs(case, "cuda", torch.bfloat16, False)
             for name in order:
-                call = backends.get(name).make(q, k, v, False)
-
-                def forward():
-                    with torch.no_grad():
-                        call()
-
-                ms = timing.median_ms(forward, runs=args.runs, queue=args.queue)
-                results[(case.label(), name)].append(shapes.rate(case, "fwd", ms)[0])
-            del q, k, v
+                timed = time_backend(backends.get(name), case, ["fwd"], "cuda", torch.bfloat16, Limits(),
+                                     runs=args.runs, queue=args.queue)
+                if isinstance(timed, str):  # the backend refused or skipped the case
+                    raise SystemExit(f"{name}, {case.label()}: {timed}")
+                results[(case.label(), name)].append(shapes.rate(case, "fwd", timed["fwd"])[0])
     print(f"# {torch.cuda.get_device_name(0)}, {sms} SMs, d{args.headdim}, {args.seqlen} keys, non-causal, "
           f"commit {timing.git_commit()}; TFLOP/s, median of {args.rounds} rounds")
     print("# tiles: batch x heads x ceil(seqlen / rows); fill: tiles / (rounds x SMs)")

@@ -98,8 +98,7 @@ bool wide_ring_chosen(const cuda::decode::DecodeArgs& args, RingChoice choice) {
   if (p.fwd.head_dim != 128) return false;
   if (choice != kRingAuto) return choice == kRingWide;
   if (p.block_table != nullptr && p.page_size % cuda::decode::tma_block_keys(128, true) != 0) return false;
-  const int64_t unsplit_ctas = static_cast<int64_t>(p.fwd.batch) * args.row_blocks * p.fwd.num_heads_k;
-  return unsplit_ctas <= cuda::sm_count();
+  return cuda::decode::split_ctas(args) <= cuda::sm_count();
 }
 
 bool setup_tma(cuda::decode::DecodeArgs& args, RingChoice ring) {
@@ -134,7 +133,7 @@ cuda::decode::DecodeArgs shape_args(const KvCacheParams& p) {
   args.row_blocks = (args.rows + decode::kRows - 1) / decode::kRows;
   args.seqlen_q_div = FastDivisor::make(f.seqlen_q);
   args.num_splits = p.num_splits;
-  if (static_cast<int64_t>(f.batch) * args.row_blocks * f.num_heads_k > std::numeric_limits<int32_t>::max()) {
+  if (decode::split_ctas(args) > std::numeric_limits<int32_t>::max()) {
     throw Error(ErrorCode::kUnsupported, "q",
                 "batch x KV heads x ceil(H / Hk x seqlen_q / 16) must fit in 2^31 CUDA blocks");
   }

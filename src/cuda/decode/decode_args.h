@@ -32,6 +32,11 @@ struct DecodeArgs {
   float* lse_partial;         // (num_splits, B, H, Sq), natural log, -inf for an empty split
 };
 
+// Split CTAs of one split: batch x row blocks x KV heads (the unsplit grid).
+inline int64_t split_ctas(const DecodeArgs& args) {
+  return static_cast<int64_t>(args.p.fwd.batch) * args.row_blocks * args.p.fwd.num_heads_k;
+}
+
 // Sequence b attends to cache positions [first, end) of cache row `row` (an entry of the
 // contiguous cache or a row of block_table).  `ok` is false when the device-side index arrays
 // break a rule that validate_kvcache_contents checks on the CPU; the CUDA backend cannot check

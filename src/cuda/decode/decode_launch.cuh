@@ -109,11 +109,6 @@ void launch_programmatic(Kernel kernel, dim3 grid, int dynamic_smem, cudaStream_
 // both paths).  Read on every call.
 inline bool cluster_merge_disabled() { return env_choice("TILEATTN_DECODE_SPLIT_MERGE", {"auto", "combine"}) == 1; }
 
-// Split CTAs of one split: batch x row blocks x KV heads.
-inline int64_t split_ctas(const DecodeArgs& args) {
-  return static_cast<int64_t>(args.p.fwd.batch) * args.row_blocks * args.p.fwd.num_heads_k;
-}
-
 // CTAs of the split kernel <...> resident at once when launched in clusters of s, for s in
 // [2, kMaxClusterSplits] (cudaOccupancyMaxActiveClusters x s, counted once on the first device
 // that runs it), or nullptr where the cluster merge does not apply: the register loop, compute
