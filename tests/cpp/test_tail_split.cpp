@@ -1,0 +1,122 @@
+// The sm90 forward's tail split (src/cuda/sm90/tail_split.h): every CTA's pieces replayed on the
+// host as the kernels walk them.  A slip would leave key blocks of a tile out of its output or count
+// them twice, or make two pieces share a workspace slot or disagree on a tile's piece count (the
+// last arrival would then never merge, or merge early), all silently.  Also the auto rule's model
+// on the sweep's shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "cuda/sm90/tail_split.h"
+
+namespace {
+
+using tileattn::cuda::sm90::TailSplit;
+using tileattn::cuda::sm90::TilePiece;
+
+// The pieces CTA `cta` runs after its whole-tile rounds, in order.
+std::vector<TilePiece> pieces_of_cta(const TailSplit& s, int cta, int num_tiles) {
+  std::vector<TilePiece> out;
+  for (int index = 0;; ++index) {
+    const TilePiece p = s.piece(index, cta);
+    if (p.tile >= num_tiles) break;
+    out.push_back(p);
+  }
+  return out;
+}
+
+void check_split(int num_tiles, int blocks, int slots) {
+  SCOPED_TRACE(testing::Message() << num_tiles << " tiles of " << blocks << " blocks on " << slots << " SMs");
+  int grid = 0;
+  const TailSplit s = TailSplit::make(num_tiles, blocks, slots, &grid);
+  ASSERT_GE(grid, 1);
+  ASSERT_LE(grid, slots);
+  ASSERT_EQ(s.first_tile, s.dp_rounds * slots);
+  ASSERT_LE(s.first_tile, num_tiles);
+  // Whole-tile rounds use the full grid: a split with fewer CTAs has none.
+  if (s.dp_rounds > 0) ASSERT_EQ(grid, slots);
+  const int split_tiles = num_tiles - s.first_tile;
+  ASSERT_GT(split_tiles, 0);
+
+  std::vector<std::vector<int>> covered(static_cast<size_t>(split_tiles), std::vector<int>(blocks, 0));
+  std::map<int, std::set<int>> ctas_of_tile;  // local tile -> CTAs with a piece of it
+  std::map<int, int> pieces_of_tile;
+  std::set<int> slots_used;
+  for (int cta = 0; cta < grid; ++cta) {
+    const std::vector<TilePiece> pieces = pieces_of_cta(s, cta, num_tiles);
+    ASSERT_FALSE(pieces.empty()) << "cta " << cta;  // every CTA has at least one step
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const TilePiece& p = pieces[i];
+      const int t = p.tile - s.first_tile;
+      ASSERT_GE(t, 0);
+      ASSERT_LT(t, split_tiles);
+      ASSERT_LT(p.n_lo, p.n_hi);
+      ASSERT_GE(p.n_lo, 0);
+      ASSERT_LE(p.n_hi, blocks);
+      // Pieces between a CTA's first and last are whole tiles.
+      if (i > 0 && i + 1 < pieces.size()) ASSERT_EQ(p.n_hi - p.n_lo, blocks);
+      for (int n = p.n_lo; n < p.n_hi; ++n) ++covered[static_cast<size_t>(t)][static_cast<size_t>(n)];
+      ctas_of_tile[t].insert(cta);
+      if (pieces_of_tile.count(t)) ASSERT_EQ(pieces_of_tile[t], p.pieces) << "tile " << t;
+      pieces_of_tile[t] = p.pieces;
+      ASSERT_EQ(p.counter, t);
+      if (p.pieces > 1) {
+        ASSERT_LT(p.n_hi - p.n_lo, blocks);
+        ASSERT_TRUE(slots_used.insert(p.slot).second) << "slot " << p.slot << " twice";
+        ASSERT_GE(p.slot, 0);
+        ASSERT_LT(p.slot, 2 * grid);
+        ASSERT_EQ(p.slot, s.slot_of(cta, t));
+      }
+    }
+  }
+  for (int t = 0; t < split_tiles; ++t) {
+    for (int n = 0; n < blocks; ++n) ASSERT_EQ(covered[t][n], 1) << "tile " << t << " block " << n;
+    ASSERT_EQ(static_cast<int>(ctas_of_tile[t].size()), pieces_of_tile[t]) << "tile " << t;
+    // The merge walks CTAs cta_of(first step) .. cta_of(last step): exactly the tile's CTAs.
+    const int64_t first = static_cast<int64_t>(t) * blocks;
+    const int lo = s.cta_of(first), hi = s.cta_of(first + blocks - 1);
+    ASSERT_EQ(*ctas_of_tile[t].begin(), lo);
+    ASSERT_EQ(*ctas_of_tile[t].rbegin(), hi);
+    ASSERT_EQ(hi - lo + 1, pieces_of_tile[t]);
+  }
+  // From three rounds on, each CTA takes more than a tile's steps: no tile is cut more than in two.
+  if ((num_tiles + slots - 1) / slots > 2) {
+    for (const auto& [t, count] : pieces_of_tile) ASSERT_LE(count, 2) << "tile " << t;
+  }
+}
+
+TEST(Sm90TailSplit, EveryKeyBlockRunsExactlyOnce) {
+  constexpr int kSms = 132;  // the H200's; 66 clusters of two for the K/V-multicast kernel
+  for (int slots : {kSms, 66, 7, 1}) {
+    // The sweep's non-causal tiles (2048 at d128, 1024 at d256, 2731-3072 at d64 over 192 rows)
+    // and their key blocks from 512 to 16k tokens; odd counts below, at and above the grid.
+    for (int num_tiles : {1, 2, 5, 17, 66, 67, 131, 132, 133, 200, 263, 264, 265, 1000, 1024, 2048, 2731}) {
+      for (int blocks : {1, 2, 3, 4, 7, 16, 64, 128, 256}) check_split(num_tiles, blocks, slots);
+    }
+  }
+}
+
+// The auto rule's model on the sweep's non-causal shapes (blocks of 128 keys at d128, 64 at d256):
+// a split where the fill gains more than the pieces cost, none at a whole number of rounds.
+TEST(Sm90TailSplit, ModelSplitsLongCallsWithAPartRound) {
+  constexpr int kSms = 132;
+  EXPECT_TRUE(TailSplit::worth_it(2048, 64, kSms));    // d128 8k: 16 rounds, the last 52% full
+  EXPECT_TRUE(TailSplit::worth_it(1024, 32, 66));      // the same in clusters of two
+  EXPECT_TRUE(TailSplit::worth_it(1024, 128, kSms));   // d256 8k: 8 rounds, the last 76% full
+  EXPECT_TRUE(TailSplit::worth_it(2048, 16, kSms));    // d128 2k
+  EXPECT_FALSE(TailSplit::worth_it(2048, 4, kSms));    // d128 512: pieces of a block or two
+  EXPECT_FALSE(TailSplit::worth_it(2 * kSms, 64, kSms));  // whole rounds
+  EXPECT_FALSE(TailSplit::worth_it(1000, 1, kSms));    // a block cannot be cut
+  EXPECT_TRUE(TailSplit::worth_it(64, 64, kSms));      // one head at 8k: half the SMs idle whole
+  int grid = 0;
+  const TailSplit s = TailSplit::make(2048, 64, kSms, &grid);
+  EXPECT_EQ(s.dp_rounds, 14);
+  EXPECT_EQ(grid, kSms);
+  // Modelled gain at d128 8k: ~3% (15.5 rounds of work for 16).
+  EXPECT_LT(s.split_time(), 0.975 * TailSplit::whole_time(2048, 64, kSms));
+}
+
+}  // namespace
