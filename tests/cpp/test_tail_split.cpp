@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -14,6 +17,8 @@
 
 namespace {
 
+using tileattn::cuda::sm90::PieceMerge;
+using tileattn::cuda::sm90::piece_merge;
 using tileattn::cuda::sm90::TailSplit;
 using tileattn::cuda::sm90::TilePiece;
 
@@ -97,6 +102,62 @@ TEST(Sm90TailSplit, EveryKeyBlockRunsExactlyOnce) {
       for (int blocks : {1, 2, 3, 4, 7, 16, 64, 128, 256}) check_split(num_tiles, blocks, slots);
     }
   }
+}
+
+// The merge of a cut tile's pieces (piece_merge, folded in CTA order as tail_merge_sm90.h does) gives
+// one softmax over the whole row: each piece's exps are taken against its own offset, as the
+// kernels' reference step leaves it (somewhere at or above its running max, log2 units), and a
+// piece that sees no key (offset -inf, sums 0) may come first, in the middle or last.
+TEST(Sm90TailSplit, MergedPiecesAreOneSoftmax) {
+  std::mt19937 rng(20261203);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> jitter(0.0, 3.0);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const double scale_log2 = 0.0883883 * 1.4426950408889634;  // 1/sqrt(128) in log2 units
+  for (int trial = 0; trial < 50; ++trial) {
+    const int keys = 1 + trial * 37 % 1000, width = 1 + trial % 7;
+    std::vector<double> score(keys), value(keys);
+    for (int k = 0; k < keys; ++k) score[k] = 8.0 * normal(rng), value[k] = normal(rng);
+    // The keys cut at random places into up to `width` pieces, plus an empty piece at trial % 3.
+    std::vector<int> cuts = {0, keys};
+    for (int c = 1; c < width; ++c) cuts.push_back(static_cast<int>(rng() % keys));
+    std::sort(cuts.begin(), cuts.end());
+    cuts.insert(cuts.begin() + 1 + trial % 3 % (cuts.size() - 1), cuts[trial % 3 % (cuts.size() - 1)]);
+    float offset = -kInf, sum = 0.f, out = 0.f;
+    for (size_t p = 0; p + 1 < cuts.size(); ++p) {
+      float piece_offset = -kInf, piece_sum = 0.f, piece_out = 0.f;
+      if (cuts[p] < cuts[p + 1]) {
+        double max = -INFINITY;
+        for (int k = cuts[p]; k < cuts[p + 1]; ++k) max = std::max(max, score[k]);
+        piece_offset = static_cast<float>(max * scale_log2 + jitter(rng));
+        for (int k = cuts[p]; k < cuts[p + 1]; ++k) {
+          const float e = std::exp2(static_cast<float>(score[k] * scale_log2) - piece_offset);
+          piece_sum += e;
+          piece_out += e * static_cast<float>(value[k]);
+        }
+      }
+      const PieceMerge m = piece_merge(offset, piece_offset);
+      sum = sum * m.keep + piece_sum * m.add;
+      out = out * m.keep + piece_out * m.add;
+      offset = m.offset;
+    }
+    double max = -INFINITY, ref_sum = 0.0, ref_out = 0.0;
+    for (int k = 0; k < keys; ++k) max = std::max(max, score[k] * scale_log2);
+    for (int k = 0; k < keys; ++k) {
+      const double e = std::exp2(score[k] * scale_log2 - max);
+      ref_sum += e;
+      ref_out += e * value[k];
+    }
+    SCOPED_TRACE(testing::Message() << "trial " << trial << ", " << keys << " keys, " << cuts.size() - 1 << " pieces");
+    ASSERT_TRUE(std::isfinite(sum) && std::isfinite(out));
+    EXPECT_NEAR(out / sum, ref_out / ref_sum, 1e-5 * (1.0 + std::fabs(ref_out / ref_sum)));
+    EXPECT_NEAR(offset + std::log2(sum), max + std::log2(ref_sum), 1e-5 * (1.0 + std::fabs(max)));
+  }
+  // No piece sees a key: the merged row stays empty (sum 0, offset -inf), with no NaN on the way.
+  const PieceMerge empty = piece_merge(-kInf, -kInf);
+  EXPECT_EQ(empty.keep, 0.f);
+  EXPECT_EQ(empty.add, 0.f);
+  EXPECT_EQ(empty.offset, -kInf);
 }
 
 // The auto rule's model on the sweep's non-causal shapes (blocks of 128 keys at d128, 64 at d256):

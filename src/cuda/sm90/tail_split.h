@@ -22,9 +22,11 @@
 //
 // Integer arithmetic shared by the producer and the consumers, compiled for the host too:
 // tests/cpp/test_tail_split.cpp checks that every key block of every tile runs exactly once, that
-// the partial pieces' slots are distinct, and the model below on the sweep's shapes.
+// the partial pieces' slots are distinct, the merge step against one softmax over the whole row,
+// and the model below on the sweep's shapes.
 #pragma once
 
+#include <math.h>
 #include <stdint.h>
 
 #include "common/host_device.h"
@@ -39,6 +41,19 @@ struct TilePiece {
   int slot;     // this piece's workspace slot (pieces > 1)
   int counter;  // the tile's arrival counter (pieces > 1)
 };
+
+// One step of the merge of a cut tile's pieces (tail_merge_sm90.h), for a row whose pieces so far
+// sum to (O, l) against exp offset `offset` (log2 units) and whose next piece has (O_p, l_p)
+// against `piece_offset`:  merged = max of the two,  O = O keep + O_p add,  l = l keep + l_p add.
+// A row no piece has seen a key of (offset -inf) scales by 0, not by exp2(-inf - -inf) = NaN.
+struct PieceMerge {
+  float keep, add, offset;
+};
+TILEATTN_HOST_DEVICE PieceMerge piece_merge(float offset, float piece_offset) {
+  const float merged = fmaxf(offset, piece_offset);
+  if (merged == -INFINITY) return {0.f, 0.f, merged};
+  return {exp2f(offset - merged), exp2f(piece_offset - merged), merged};
+}
 
 struct TailSplit {
   int dp_rounds;    // rounds of whole tiles before the split ones (a large value: no split)
