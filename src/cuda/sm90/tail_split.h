@@ -63,9 +63,11 @@ struct TailSplit {
   int64_t steps;    // (num_tiles - first_tile) * blocks
 
   // Model of a call in key-block steps, for the auto rule: a piece costs its blocks plus
-  // kPieceOverheadBlocks for its Q load, pipeline fill and epilogue (and the merge when it is cut),
-  // an estimate that the A/B is to settle.
-  static constexpr int kPieceOverheadBlocks = 1;
+  // kPieceOverheadBlocks for the tile boundary (the last PV, finalize and store, the next tile's
+  // decode, Q and first exact softmax: ~5,000 cycles a consumer at d128 against ~2,600 a loop
+  // iteration, traced in session 27; docs/cuda-forward-sm90.md), the merge not counted; the A/B is
+  // to settle it.
+  static constexpr int kPieceOverheadBlocks = 2;
   // Split only when the model gains at least this fraction of the call.
   static constexpr double kMinGain = 0.015;
 
