@@ -18,9 +18,11 @@ export TILEATTN_LIBRARY=$LIB PYTHONPATH=$PWD/python:$PWD/tests/python PYTHONUNBU
 PYTEST="python3 -m pytest -q -p no:cacheprovider -o faulthandler_timeout=90"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 if [[ $WHAT == tests ]]; then
-  TILEATTN_TEST_DEVICES=cuda timeout 120 $PYTEST tests/python/test_bad_input.py -k "tail_split or kv_multicast" 2>&1 | tail -3
+  TILEATTN_TEST_DEVICES=cuda timeout 120 $PYTEST tests/python/test_bad_input.py -k "tail_split or kv_multicast" \
+    2>&1 | tail -3
   TILEATTN_FORWARD_TAIL_SPLIT=on timeout 180 python3 tests/cuda/check_forward.py "$LIB" 2>&1 | tail -2
-  TILEATTN_FORWARD_TAIL_SPLIT=on TILEATTN_FORWARD_KV_MULTICAST=on timeout 180 python3 tests/cuda/check_forward.py "$LIB" 2>&1 | tail -2
+  TILEATTN_FORWARD_TAIL_SPLIT=on TILEATTN_FORWARD_KV_MULTICAST=on timeout 180 \
+    python3 tests/cuda/check_forward.py "$LIB" 2>&1 | tail -2
   TILEATTN_FORWARD_TAIL_SPLIT=on TILEATTN_TEST_DEVICES=cuda timeout 300 $PYTEST tests/python \
     -k "not grad and not backward and not kvcache and not random" 2>&1 | tail -3
   TILEATTN_FORWARD_TAIL_SPLIT=on timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \

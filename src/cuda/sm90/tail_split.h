@@ -11,12 +11,12 @@
 // blocks: the last two rounds' tiles (W of them, grid < W <= 2 grid, or every tile when there are
 // at most two rounds) are laid end to end as W x blocks key-block steps, and CTA c takes the steps
 //   [begin(c), begin(c + 1)),  begin(c) = floor(c * W * blocks / grid)
-// (Osama et al., "Stream-K", 2023, section 4, with the data-parallel rounds first: their "DP + one
-// tile of stream-K").  A CTA's steps run as pieces, one per tile they touch, each piece a range of
+// (Osama et al., "Stream-K", PPoPP 2023: their hybrid of data-parallel rounds first and about one
+// tile's worth of stream-K a CTA after them).  A CTA's steps run as pieces, one per tile they touch, each piece a range of
 // the tile's key blocks; a tile cut into pieces is finished by whichever of its CTAs arrives last:
 // every piece writes its unnormalized O, its rows' exp offsets and sums to a slot of the workspace,
 // counts itself in the tile's counter, and the CTA that brings the counter to the piece count reads
-// every piece back in CTA order (the same sum whatever the arrival order: batch-invariant) and
+// every piece back in CTA order (the same sum whatever the arrival order: deterministic) and
 // stores the tile.  No CTA waits on another, so the grid needs no co-residency beyond the
 // persistent kernel's own.
 //
@@ -106,7 +106,8 @@ struct TailSplit {
     // A CTA's range is per_cta steps: its pieces are the tiles it touches (at most
     // per_cta / blocks + 2).
     const int64_t pieces = (per_cta + blocks - 1) / blocks + 1;
-    return static_cast<int64_t>(dp_rounds) * (blocks + kPieceOverheadBlocks) + per_cta + pieces * kPieceOverheadBlocks;
+    const int64_t whole_rounds = static_cast<int64_t>(dp_rounds) * (blocks + kPieceOverheadBlocks);
+    return whole_rounds + per_cta + pieces * kPieceOverheadBlocks;
   }
   static bool worth_it(int num_tiles, int blocks, int slots) {
     if (num_tiles % slots == 0 || blocks < 2) return false;
