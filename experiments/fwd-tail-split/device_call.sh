@@ -9,7 +9,8 @@
 # forward pytest and a memcheck with the split forced on every call it can serve, and the forward
 # check with the cluster kernel forced too.  bench: A/B of main against the variant under auto over
 # the FA sweep, causal and not (causal calls run the variant's kernels too, split or not), then
-# tile_waves.py (rate against the last round's fill) with the split off and on.  rule: the variant
+# tile_waves.py (rate against the last round's fill) with the split off and on, and
+# chunked_prefill.py (few query tiles over many keys).  rule: the variant
 # with the split off against on at every non-causal point (fa and lecture shapes), for auto's rule.
 # Tables go to stdout, the A/Bs' files to $OUT.
 set -u -o pipefail
@@ -45,6 +46,7 @@ case $WHAT in
       TILEATTN_LIBRARY=$VARIANT TILEATTN_FORWARD_TAIL_SPLIT=$split timeout 90 \
         python3 bench/gpu/tile_waves.py --shapes 1x1 1x4 1x31 1x32 1x33 2x16
     done
+    TILEATTN_LIBRARY=$VARIANT timeout 90 python3 experiments/fwd-tail-split/chunked_prefill.py
     ;;
   rule)
     VARIANT=$(unpack_library "$1")
