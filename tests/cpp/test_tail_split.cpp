@@ -65,15 +65,14 @@ void check_split(int num_tiles, int blocks, int slots) {
       if (i > 0 && i + 1 < pieces.size()) ASSERT_EQ(p.n_hi - p.n_lo, blocks);
       for (int n = p.n_lo; n < p.n_hi; ++n) ++covered[static_cast<size_t>(t)][static_cast<size_t>(n)];
       ctas_of_tile[t].insert(cta);
-      if (pieces_of_tile.count(t)) ASSERT_EQ(pieces_of_tile[t], p.pieces) << "tile " << t;
-      pieces_of_tile[t] = p.pieces;
-      ASSERT_EQ(p.counter, t);
-      if (p.pieces > 1) {
-        ASSERT_LT(p.n_hi - p.n_lo, blocks);
-        ASSERT_TRUE(slots_used.insert(p.slot).second) << "slot " << p.slot << " twice";
-        ASSERT_GE(p.slot, 0);
-        ASSERT_LT(p.slot, 2 * grid);
-        ASSERT_EQ(p.slot, s.slot_of(cta, t));
+      pieces_of_tile[t] = s.pieces_of(t);
+      // The kernels take a piece shorter than its tile for a cut one (tail_merge_sm90.h).
+      ASSERT_EQ(p.n_hi - p.n_lo < blocks, s.pieces_of(t) > 1) << "tile " << t;
+      if (s.pieces_of(t) > 1) {
+        const int slot = s.slot_of(cta, t);
+        ASSERT_TRUE(slots_used.insert(slot).second) << "slot " << slot << " twice";
+        ASSERT_GE(slot, 0);
+        ASSERT_LT(slot, 2 * grid);
       }
     }
   }

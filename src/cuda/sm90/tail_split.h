@@ -12,8 +12,8 @@
 // at most two rounds) are laid end to end as W x blocks key-block steps, and CTA c takes the steps
 //   [begin(c), begin(c + 1)),  begin(c) = floor(c * W * blocks / grid)
 // (Osama et al., "Stream-K", PPoPP 2023: their hybrid of data-parallel rounds first and about one
-// tile's worth of stream-K a CTA after them).  A CTA's steps run as pieces, one per tile they touch, each piece a range of
-// the tile's key blocks; a tile cut into pieces is finished by whichever of its CTAs arrives last:
+// tile's worth of stream-K a CTA after them).  A CTA's steps run as pieces, one per tile they
+// touch, each piece a range of the tile's key blocks; a tile cut into pieces is finished by whichever of its CTAs arrives last:
 // every piece writes its unnormalized O, its rows' exp offsets and sums to a slot of the workspace,
 // counts itself in the tile's counter, and the CTA that brings the counter to the piece count reads
 // every piece back in CTA order (the same sum whatever the arrival order: deterministic) and
@@ -33,13 +33,11 @@
 
 namespace tileattn::cuda::sm90 {
 
-// One step of a CTA's walk: a whole tile, or the key blocks [n_lo, n_hi) of a tile cut in pieces.
+// One step of a CTA's walk: the key blocks [n_lo, n_hi) of a tile, all of them (a whole tile) or
+// fewer (a piece of a cut tile, whose slot and piece count slot_of and pieces_of give).
 struct TilePiece {
-  int tile;     // >= the scheduler's num_tiles: the CTA is done
+  int tile;  // >= the scheduler's num_tiles: the CTA is done
   int n_lo, n_hi;
-  int pieces;   // CTAs sharing the tile: 1 for a whole tile
-  int slot;     // this piece's workspace slot (pieces > 1)
-  int counter;  // the tile's arrival counter (pieces > 1)
 };
 
 // One step of the merge of a cut tile's pieces (tail_merge_sm90.h), for a row whose pieces so far
@@ -122,6 +120,11 @@ struct TailSplit {
     const int64_t c = ((i + 1) * grid - 1) / steps;
     return static_cast<int>(c < grid - 1 ? c : grid - 1);
   }
+  // The CTAs sharing split tile t (local index): 1 when no CTA boundary falls inside it.
+  TILEATTN_HOST_DEVICE int pieces_of(int t) const {
+    const int64_t first = static_cast<int64_t>(t) * blocks;
+    return cta_of(first + blocks - 1) - cta_of(first) + 1;
+  }
   // The slot of CTA c's piece of split tile t (local index): 2c for its first piece, 2c + 1 for its
   // last (only those two of a CTA's pieces can be cut).
   TILEATTN_HOST_DEVICE int slot_of(int cta, int t) const {
@@ -139,16 +142,11 @@ struct TailSplit {
     if (from >= hi) {
       p.tile = first_tile + static_cast<int>(steps / blocks);  // past the last tile
       p.n_lo = p.n_hi = 0;
-      p.pieces = 1;
-      p.slot = p.counter = 0;
       return p;
     }
     const int64_t to = hi < tile_lo + blocks ? hi : tile_lo + blocks;
     p.n_lo = static_cast<int>(from - tile_lo);
     p.n_hi = static_cast<int>(to - tile_lo);
-    p.pieces = cta_of(tile_lo + blocks - 1) - cta_of(tile_lo) + 1;
-    p.slot = slot_of(cta, t);
-    p.counter = t;
     return p;
   }
 };
