@@ -2,7 +2,9 @@
 # The GPU test suite and benchmark in one device call (see README, "CUDA"): the pytest suite on
 # CUDA tensors, the standalone forward and backward checks, compute-sanitizer memcheck, then the
 # FA sweep (forward and backward, tileattn next to SDPA flash and cuDNN) with its plot.
-# Usage (repo root, on the GPU machine): bash scripts/gpu_suite.sh [libtileattn.so] [tests|bench|all]
+# Usage (repo root, on the GPU machine): bash scripts/gpu_suite.sh [libtileattn.so] [tests|tests-forward|tests-rest|bench|all]
+# `tests` is ~11 min, over one device call's 10: tests-forward (the pytest suite and the forward
+# steps, ~7 min) and tests-rest (the backward and decode steps, ~4.5 min) split it in two calls.
 # Every step has a time limit, so a kernel that hangs (a pipeline deadlock) fails its step and the
 # rest still runs; a step's log ends where it hung.
 set -u -o pipefail
@@ -42,7 +44,7 @@ forced_forward_steps() {
   tail -2 "$LOGS/sanitize_forward_$name.log"
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$LOGS/gpu.log"
-if [[ $WHAT == all || $WHAT == tests ]]; then
+if [[ $WHAT == all || $WHAT == tests || $WHAT == tests-forward ]]; then
   TILEATTN_TEST_DEVICES=cuda timeout 300 $PYTEST tests/python 2>&1 \
     | tee "$LOGS/pytest_cuda.log" | tail -4 || failed pytest_cuda
   if [[ ${SKIP_CHECK_FORWARD:-0} != 1 ]]; then
@@ -58,6 +60,10 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   # on every call it can serve, and the check with it off (the 128-key kernel on the short causal
   # calls too; ~40 s a pytest pass, and the suite must fit one call).
   forced_forward_steps short_walk TILEATTN_FORWARD_SHORT_WALK=on
+  # Non-causal calls split the tiles of their last two rounds along the keys (the tail split,
+  # src/cuda/sm90/tail_split.h) where auto's model gains: the forward steps again with the split
+  # forced on every call it can serve, tiles cut into pieces of one key block included.
+  forced_forward_steps tail_split TILEATTN_FORWARD_TAIL_SPLIT=on
   TILEATTN_FORWARD_SHORT_WALK=off timeout 180 python3 tests/cuda/check_forward.py "$LIB" \
     > "$LOGS/check_forward_no_short_walk.log" 2>&1 || failed check_forward_no_short_walk
   tail -2 "$LOGS/check_forward_no_short_walk.log"
@@ -68,6 +74,8 @@ if [[ $WHAT == all || $WHAT == tests ]]; then
   tail -2 "$LOGS/check_forward_sm80.log"
   TILEATTN_TEST_DEVICES=cuda TILEATTN_FORWARD_FAMILY=sm80 timeout 300 $PYTEST \
     tests/python -k "not grad and not backward" 2>&1 | tee "$LOGS/pytest_cuda_sm80.log" | tail -2 || failed pytest_cuda_sm80
+fi
+if [[ $WHAT == all || $WHAT == tests || $WHAT == tests-rest ]]; then
   timeout 300 python3 tests/cuda/check_backward.py > "$LOGS/check_backward.log" 2>&1 || failed check_backward
   tail -1 "$LOGS/check_backward.log"
   # On sm90 the backward's products run on wgmma; the same checks with the mma.sync products.

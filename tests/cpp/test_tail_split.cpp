@@ -161,22 +161,30 @@ TEST(Sm90TailSplit, MergedPiecesAreOneSoftmax) {
 
 // The auto rule's model on the sweep's non-causal shapes (blocks of 128 keys at d128, 64 at d256):
 // a split where the fill gains more than the pieces cost, none at a whole number of rounds.
-TEST(Sm90TailSplit, ModelSplitsLongCallsWithAPartRound) {
+TEST(Sm90TailSplit, ModelSplitsOnlyCallsThatLeaveMostSmsIdle) {
   constexpr int kSms = 132;
-  EXPECT_TRUE(TailSplit::worth_it(2048, 64, kSms));    // d128 8k: 16 rounds, the last 52% full
-  EXPECT_TRUE(TailSplit::worth_it(1024, 32, 66));      // the same in clusters of two
-  EXPECT_TRUE(TailSplit::worth_it(1024, 128, kSms));   // d256 8k: 8 rounds, the last 76% full
-  EXPECT_TRUE(TailSplit::worth_it(2048, 16, kSms));    // d128 2k
-  EXPECT_FALSE(TailSplit::worth_it(2048, 4, kSms));    // d128 512: pieces of a block or two
+  EXPECT_TRUE(TailSplit::worth_it(16, 256, 66));     // 1 x 128 queries x 32k keys x 16 heads, clusters of two
+  EXPECT_TRUE(TailSplit::worth_it(32, 256, 66));     // 1 x 512 x 32k x 16
+  EXPECT_TRUE(TailSplit::worth_it(32, 64, 66));      // one head of 8k: half the clusters idle whole
+  EXPECT_TRUE(TailSplit::worth_it(64, 64, kSms));    // the same without clusters
+  EXPECT_FALSE(TailSplit::worth_it(1024, 64, 66));   // d128 8k: 15.5 rounds of work for 16, +3% modelled
+  EXPECT_FALSE(TailSplit::worth_it(2048, 64, kSms));
+  EXPECT_FALSE(TailSplit::worth_it(1024, 128, kSms));  // d256 8k
+  EXPECT_FALSE(TailSplit::worth_it(64, 64, 66));     // 64 tiles on 66 clusters: level
+  EXPECT_FALSE(TailSplit::worth_it(2048, 4, kSms));  // d128 512: pieces of a block or two
   EXPECT_FALSE(TailSplit::worth_it(2 * kSms, 64, kSms));  // whole rounds
-  EXPECT_FALSE(TailSplit::worth_it(1000, 1, kSms));    // a block cannot be cut
-  EXPECT_TRUE(TailSplit::worth_it(64, 64, kSms));      // one head at 8k: half the SMs idle whole
+  EXPECT_FALSE(TailSplit::worth_it(10, 1, kSms));    // a block cannot be cut
   int grid = 0;
   const TailSplit s = TailSplit::make(2048, 64, kSms, &grid);
   EXPECT_EQ(s.dp_rounds, 14);
   EXPECT_EQ(grid, kSms);
-  // Modelled gain at d128 8k: ~3% (15.5 rounds of work for 16).
+  // Modelled gain at d128 8k: ~3% (15.5 rounds of work for 16), under kMinGain.
   EXPECT_LT(s.split_time(), 0.975 * TailSplit::whole_time(2048, 64, kSms));
+  EXPECT_GT(s.split_time(), (1.0 - TailSplit::kMinGain) * TailSplit::whole_time(2048, 64, kSms));
+  // One 8k head: ~1.8x modelled.
+  const TailSplit one_head = TailSplit::make(32, 64, 66, &grid);
+  EXPECT_EQ(grid, 66);
+  EXPECT_LT(one_head.split_time(), 0.6 * TailSplit::whole_time(32, 64, 66));
 }
 
 }  // namespace

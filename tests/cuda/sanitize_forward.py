@@ -8,10 +8,13 @@ their first tile above row 0 (sm90_tile_first_row): 17, 129, 130, 300 and 385 ro
 consumer, d64's 1000 rows (192-row tiles, no multicast kernel: cluster_sm90.h) by two.  The d64
 shapes (seqlen_k off the 64- and 128-key blocks, d48 in the d64 bucket, no keys) are the edges of
 the short-walk kernel (64-key blocks, four stages) when it is forced on every call
-(TILEATTN_FORWARD_SHORT_WALK=on; short_walk.h).
+(TILEATTN_FORWARD_SHORT_WALK=on; short_walk.h).  With the tail split forced
+(TILEATTN_FORWARD_TAIL_SPLIT=on; tail_split.h) every non-causal shape with keys runs its tiles cut
+into pieces of one to a few key blocks, and the pieces' partial results through the workspace.
 
     TILEATTN_FORWARD_KV_MULTICAST=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
     TILEATTN_FORWARD_SHORT_WALK=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
+    TILEATTN_FORWARD_TAIL_SPLIT=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
 """
 import torch
 

@@ -214,6 +214,54 @@ def test_short_walk_choice(monkeypatch):
         torch.testing.assert_close(results["on"][1], results["off"][1], rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("head_dim, multicast", [(64, "off"), (128, "off"), (128, "on"), (256, "on")])
+def test_tail_split_choice(monkeypatch, head_dim, multicast):
+    """TILEATTN_FORWARD_TAIL_SPLIT cuts the sm90 forward's last tiles along their keys (stream-K,
+    src/cuda/sm90/tail_split.h): a typo raises naming it; on agrees with off to bf16 rounding where
+    tiles are cut (in two to eight pieces here: 3 and 8 key blocks over fewer tiles than SMs) with
+    or without the cluster kernel, and gives the same bits on every run (the pieces merge in CTA
+    order, not arrival order); calls with a causal or window mask never split (on and off the same
+    bits); auto takes it for one head of 8k keys (64 tiles on 132 SMs) and gives on's bits."""
+    if not (torch.cuda.is_available() and tileattn.has_cuda()
+            and torch.cuda.get_device_capability() == (9, 0)):
+        pytest.skip("TILEATTN_FORWARD_TAIL_SPLIT changes the sm90 forward's walk")
+    monkeypatch.setenv("TILEATTN_FORWARD_FAMILY", "sm90")  # the suite also forces sm80
+    monkeypatch.setenv("TILEATTN_FORWARD_KV_MULTICAST", multicast)
+    # The d64 short-walk kernel never splits (it serves masked calls under auto); the suite forces it on.
+    monkeypatch.setenv("TILEATTN_FORWARD_SHORT_WALK", "off")
+    monkeypatch.setenv("TILEATTN_FORWARD_TAIL_SPLIT", "yes")
+    x = torch.randn(1, 256, 2, head_dim, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError) as raised:
+        flash_attn_func(x, x, x, causal=True)  # read at every call, where no split could run too
+    assert raised.value.argument == "TILEATTN_FORWARD_TAIL_SPLIT"
+    cases = [(256, 300, False, (-1, -1), 4), (17, 1000, False, (-1, -1), 4), (1000, 700, True, (-1, -1), 4),
+             (384, 384, False, (-1, 77), 4), (8192, 8192, False, (-1, -1), 1)]
+    per_case = []
+    for sq, sk, causal, window, heads in cases:
+        q = torch.randn(1, sq, heads, head_dim, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(1, sk, max(heads // 2, 1), head_dim, device="cuda", dtype=torch.bfloat16)
+                for _ in range(2))
+        results = {}
+        for choice in ("on", "off", "auto", "on again"):
+            monkeypatch.setenv("TILEATTN_FORWARD_TAIL_SPLIT", choice.split()[0])
+            out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
+            results[choice] = (out, lse)
+        per_case.append(results)
+    for (sq, sk, causal, window, heads), results in zip(cases, per_case):
+        on, off, auto, again = results["on"], results["off"], results["auto"], results["on again"]
+        assert torch.equal(on[0], again[0]) and torch.equal(on[1], again[1])
+        if causal or window != (-1, -1):
+            assert torch.equal(on[0], off[0]) and torch.equal(on[1], off[1])
+            continue
+        # Cut tiles sum their pieces in another order: equal LSE bits would mean nothing was cut.
+        assert not torch.equal(on[1], off[1])
+        torch.testing.assert_close(on[0], off[0], rtol=0, atol=2e-2)
+        torch.testing.assert_close(on[1], off[1], rtol=0, atol=1e-4)
+        same_as = {name: torch.equal(auto[0], r[0]) and torch.equal(auto[1], r[1])
+                   for name, r in (("on", on), ("off", off))}
+        assert same_as["on"] if sq == 8192 else same_as["on"] or same_as["off"]
+
+
 # TILEATTN_BACKWARD_FAMILY picks the backward's products (wgmma on Hopper, else mma.sync);
 # TILEATTN_BACKWARD_WS the warp-specialized Hopper kernel (auto, 0 or 1; auto uses it for d65-128).
 @pytest.mark.parametrize("variable, typo, choices, head_dim", [

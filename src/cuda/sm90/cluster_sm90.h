@@ -32,6 +32,7 @@
 #include "cuda/launch_api.h"  // ForwardParams
 #include "cuda/mask_policy.h"
 #include "cuda/sm90/pipeline_sm90.h"
+#include "cuda/sm90/tail_split.h"
 #include "cuda/sm90/tile_config_sm90.h"
 #include "cuda/sm90/tile_scheduler.h"
 
@@ -77,12 +78,23 @@ __device__ __forceinline__ void release_kv_stage(uint64_t* empty) {
 }
 
 // The query tiles of this CTA in the scheduler's order.  With a cluster the scheduler orders pairs
-// of query blocks, and the CTA of rank r in its cluster takes block 2m + r of pair m.
-template <typename Traits>
+// of query blocks, and the CTA of rank r in its cluster takes block 2m + r of pair m.  After the
+// tail split's whole rounds, its pieces (tail_split.h): both CTAs of a cluster take the same piece
+// of their pair, so they walk the same key blocks.
+template <typename Traits, bool kSplits>
 struct CtaTiles {
   TileScheduler const& scheduler;
-  __device__ __forceinline__ int tile_of(int round) const {
-    return scheduler.tile_of(round, blockIdx.x / Traits::kClusterSize);
+  TailSplit const& split;
+  __device__ __forceinline__ TilePiece piece_of(int round) const {
+    const int cta = blockIdx.x / Traits::kClusterSize;
+    if (!kSplits || round < split.dp_rounds) {
+      TilePiece whole;
+      whole.tile = scheduler.tile_of(round, cta);
+      whole.n_lo = 0;
+      whole.n_hi = 1 << 30;
+      return whole;
+    }
+    return split.piece(round - split.dp_rounds, cta);
   }
   __device__ __forceinline__ bool done(int tile) const { return tile >= scheduler.num_tiles; }
   __device__ __forceinline__ TileCoords coords(int tile) const {
@@ -120,6 +132,17 @@ __device__ __forceinline__ KeyBlockRange cta_key_range(int m_block, SequenceView
                                               seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right)
                                   .n_block_max);
     }
+  }
+  return range;
+}
+
+// A piece's key range: the tile's, cut to the piece's blocks (whole tiles: n_lo 0, n_hi huge).
+// The masking bounds stay the tile's: they are columns, not blocks.
+template <bool kSplits>
+__device__ __forceinline__ KeyBlockRange piece_key_range(KeyBlockRange range, TilePiece const& piece) {
+  if constexpr (kSplits) {
+    range.n_block_min = max(range.n_block_min, piece.n_lo);
+    range.n_block_max = min(range.n_block_max, piece.n_hi);
   }
   return range;
 }

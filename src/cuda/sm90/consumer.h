@@ -9,6 +9,8 @@
 //     wait PV; release V(j + 1); O *= correction; P = P'
 //   O += P V(first); release V(first)
 //   O /= rowsum; store O and the LSE
+// A tile cut by the tail split (tail_split.h) runs as pieces, each over its own range of the key
+// blocks; the last piece to finish merges them (tail_merge_sm90.h) before the store.
 // The consumer releases Q (q_empty) as soon as its last S = Q K^T has landed, so the producer's next
 // Q load overlaps this tile's tail (O is staged in its own buffer: epilogue_sm90.h).  With Q in
 // registers (d128 without score transforms, kernel_traits_sm90.h) it copies its 64 rows into the rs
@@ -27,6 +29,7 @@
 #include "cuda/sm90/rescore_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/softmax_sm90.h"
+#include "cuda/sm90/tail_merge_sm90.h"
 #include "cuda/sm90/wgmma_gemm.h"
 #include "cuda/sm90/wgmma_wait_order.h"
 
@@ -46,7 +49,8 @@ __device__ __forceinline__ ScorePolicy make_score_policy(ForwardParams const& p,
   return policy;
 }
 
-template <typename Traits, typename ScorePolicy, typename DropoutPolicy>
+// kSplits: whether the kernel walks the tail split's pieces (fwd_kernel_sm90's kTailSplit).
+template <typename Traits, typename ScorePolicy, typename DropoutPolicy, bool kSplits>
 __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, typename Traits::SharedStorage& ss,
                                              int consumer) {
   using namespace cute;
@@ -87,12 +91,12 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
   uint32_t q_full_parity = 0;
   const PingPong<Traits::kConsumers> ping_pong{consumer};
   if (consumer == Traits::kConsumers - 1) ping_pong.pass_turn();  // consumer 0 issues first
-  const CtaTiles<Traits> tiles{prm.scheduler};
+  const CtaTiles<Traits, kSplits> tiles{prm.scheduler, prm.split};
 
   for (int round = 0;; ++round) {
-    const int tile = tiles.tile_of(round);
-    if (tiles.done(tile)) break;
-    const TileCoords tc = tiles.coords(tile);
+    const TilePiece piece = tiles.piece_of(round);
+    if (tiles.done(piece.tile)) break;
+    const TileCoords tc = tiles.coords(piece.tile);
     const SequenceView seq = sequence_view(p, tc.batch);
     const int m0 = tile_first_row<Traits>(tc.m_block, seq, p);
     if constexpr (Traits::kSeqBounds) {
@@ -101,7 +105,11 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     // This consumer's first query row: negative in the padding above a shifted first tile.
     const int row0 = m0 + consumer * kRowsPerConsumer;
     const bool has_rows = row0 >= 0 && row0 < seq.seqlen_q;
-    const KeyBlockRange range = cta_key_range<Traits>(tc.m_block, seq, p);
+    const KeyBlockRange range = piece_key_range<kSplits>(cta_key_range<Traits>(tc.m_block, seq, p), piece);
+    // The cut tile's index among the split ones (a piece shorter than its tile), or -1: all the
+    // mainloop carries of the piece (the merge derives the rest, off the loop's registers).
+    const int cut_tile =
+        kSplits && piece.n_hi - piece.n_lo < prm.split.blocks ? piece.tile - prm.split.first_tile : -1;
     const VisibilityMask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
     const ScorePolicy score_policy = make_score_policy<ScorePolicy>(p, seq, tc.batch, tc.head);
     DropoutPolicy dropout{};
@@ -243,6 +251,10 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       }
     }
 
+    // A piece of a cut tile: the last of its CTAs to arrive merges the pieces and stores the tile.
+    if constexpr (kSplits) {
+      if (cut_tile >= 0 && !merge_tail_piece<Traits>(prm, ss, consumer, tid, cut_tile, acc_o_rows, softmax)) continue;
+    }
     float lse[kRowsPerThread];
     softmax.finalize(acc_o_rows, prm.args.output_scale, lse);
     store_tile_output<Traits>(prm, ss, consumer, tid, tc, seq, row0, acc_o, lse);

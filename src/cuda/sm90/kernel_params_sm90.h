@@ -5,6 +5,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/launch_api.h"
+#include "cuda/sm90/tail_split.h"
 #include "cuda/sm90/tile_scheduler.h"
 
 namespace tileattn::cuda::sm90 {
@@ -20,6 +21,12 @@ struct Sm90Params {
   cute::Shape<int32_t, int32_t, int32_t, int32_t> kv_shape;
   TileScheduler scheduler;
   FwdKernelArgs args;
+  // The tail split (tail_split.h; TailSplit::off() when the call runs whole tiles only): the
+  // pieces' partial results, (2 x grid slots, cluster rank, consumer, value, thread) floats, and
+  // the cut tiles' arrival counters, (tile, cluster rank, consumer) ints, zeroed per call.
+  TailSplit split;
+  float* split_partials;
+  int* split_counters;
 };
 
 }  // namespace tileattn::cuda::sm90

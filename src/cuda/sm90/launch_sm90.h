@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 
 #include <cute/tensor.hpp>
 
@@ -21,12 +22,16 @@
 #include "cuda/sm90/launch_api_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/short_walk.h"
+#include "cuda/sm90/tail_merge_sm90.h"
+#include "cuda/sm90/tail_split_choice.h"
+#include "cuda/stream_workspace.h"
 
 namespace tileattn::cuda::sm90 {
 
 // Launches one kernel of the family; false (nothing launched) when its CTA cluster fits nowhere on
-// this GPU.
-template <typename Traits, typename ScorePolicy, typename DropoutPolicy>
+// this GPU.  kCanSplit: the call may run the tail split's kernel instead (tail_split_choice.h).
+template <typename Traits, typename ScorePolicy, typename DropoutPolicy,
+          bool kCanSplit = tail_split_built<Traits, ScorePolicy, DropoutPolicy>()>
 bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   using namespace cute;
   using Element = typename Traits::Element;
@@ -34,6 +39,7 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
   const ForwardParams& p = args.params;
+  const TailSplitMode split_mode = tail_split_mode();  // first, so a bad value always raises
 
   Sm90Params<Traits> prm;
   prm.args = args;
@@ -65,7 +71,7 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   prm.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{}, Shape<Rows, typename Traits::OCols>{},
                             _1{});
 
-  auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy>;
+  auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy, false>;
   constexpr int kSmem = Traits::kSmemBytes;
   constexpr int kCluster = Traits::kClusterSize;
   static SmemOptIn opt_in;
@@ -84,16 +90,49 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   const int64_t kv_bytes_per_head = 2ll * p.seqlen_k * p.head_dim * static_cast<int64_t>(sizeof(Element));
   // Causal or windowed tiles differ in length: the longest go first.
   const bool uneven = p.window_left >= 0 || p.window_right >= 0;
-  const int groups = std::min(num_m_groups * p.batch * p.num_heads, slots);
+  const int num_tiles = num_m_groups * p.batch * p.num_heads;
+  int groups = std::min(num_tiles, slots);
   prm.scheduler =
       TileScheduler::make(num_m_groups, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven, groups);
 
-  if constexpr (kCluster > 1) {
-    launch_cluster_kernel(kernel, groups * kCluster, Traits::kThreads, kSmem, kCluster, stream, prm);
-  } else {
-    kernel<<<groups, Traits::kThreads, kSmem, stream>>>(prm);
-    check_cuda(cudaGetLastError(), "sm90 forward kernel launch");
+  // The tail split (tail_split.h): its own kernel (the same shared memory and threads, so the same
+  // slots); its workspace is freed on the stream after the kernel.
+  prm.split = TailSplit::off();
+  prm.split_partials = nullptr;
+  prm.split_counters = nullptr;
+  std::optional<StreamWorkspace> workspace;
+  bool split = false;
+  if constexpr (kCanSplit) {
+    const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+    split = !uneven && use_tail_split(split_mode, num_tiles, key_blocks, slots);
+    if (split) {
+      prm.split = TailSplit::make(num_tiles, key_blocks, slots, &groups);
+      workspace.emplace(stream);
+      prm.split_partials = workspace->floats(2 * groups * tail_slot_floats<Traits>(), false);
+      prm.split_counters =
+          workspace->ints(static_cast<int64_t>(num_tiles - prm.split.first_tile) * kCluster * Traits::kConsumers);
+    }
   }
+
+  const auto launch = [&](auto chosen) {
+    if constexpr (kCluster > 1) {
+      launch_cluster_kernel(chosen, groups * kCluster, Traits::kThreads, kSmem, kCluster, stream, prm);
+    } else {
+      chosen<<<groups, Traits::kThreads, kSmem, stream>>>(prm);
+      check_cuda(cudaGetLastError(), "sm90 forward kernel launch");
+    }
+  };
+  if constexpr (kCanSplit) {
+    if (split) {
+      auto split_kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy, true>;
+      static SmemOptIn split_opt_in;
+      opt_in_smem(split_opt_in, split_kernel, kSmem,
+                  "cudaFuncSetAttribute(sm90 forward, tail split, max dynamic shared memory)");
+      launch(split_kernel);
+      return true;
+    }
+  }
+  launch(kernel);
   return true;
 }
 
@@ -110,7 +149,9 @@ int fwd_smem_bytes_sm90() {
 // kv_multicast_built), a ninth: plain scores without dropout, left window or bounds (a causal mask
 // or right window allowed), its K/V loads shared by two CTAs (cluster_sm90.h; use_kv_multicast).
 // And at d64 (short_walk_built) two more: plain scores without dropout, with and without bounds,
-// on 64-key blocks for short causal calls (short_walk.h; use_short_walk).
+// on 64-key blocks for short causal calls (short_walk.h; use_short_walk).  The plain-score kernel
+// and the K/V-multicast one each have a twin that walks the tail split's pieces (launched for the
+// calls use_tail_split picks: tail_split_choice.h).
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
@@ -120,8 +161,9 @@ void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStre
   if constexpr (short_walk_built<kHeadDim>()) {
     if (!variant.transformed_scores && !variant.dropout && use_short_walk(p.seqlen_k, p.window_right >= 0)) {
       using Short = ShortWalkTraits<kHeadDim, Element>;
-      bounds ? launch_fwd_sm90_variant<SequenceBoundsTraits<Short>, PlainScores, NoDropout>(args, stream)
-             : launch_fwd_sm90_variant<Short, PlainScores, NoDropout>(args, stream);
+      // Masked calls (auto's only use of it) never split: no tail-split kernel for it.
+      bounds ? launch_fwd_sm90_variant<SequenceBoundsTraits<Short>, PlainScores, NoDropout, false>(args, stream)
+             : launch_fwd_sm90_variant<Short, PlainScores, NoDropout, false>(args, stream);
       return;
     }
   }

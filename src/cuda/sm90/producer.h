@@ -4,6 +4,7 @@
 //                                       the consumers still run the previous tile's epilogue
 //   wait Q empty; Q (one 64-row box per consumer)
 //   for n = last .. first:  K(n - 1), V(n)
+// (A piece of a tile cut by the tail split, tail_split.h, walks only its own key blocks.)
 // K runs one block ahead of V because a consumer needs K(n - 1) (its next QK^T) before V(n)
 // (the PV of the block whose softmax it is computing).
 #pragma once
@@ -19,7 +20,8 @@
 
 namespace tileattn::cuda::sm90 {
 
-template <typename Traits>
+// kSplits: whether the kernel walks the tail split's pieces (fwd_kernel_sm90's kTailSplit).
+template <typename Traits, bool kSplits>
 __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
                                              typename Traits::SharedStorage& ss) {
   using namespace cute;
@@ -38,7 +40,7 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
   StageCounter<Traits::kStages> k_stage, v_stage;
   uint32_t q_empty_parity = 1;  // the first wait passes: nothing has used Q yet
   const int heads_per_kv = p.num_heads / p.num_heads_k;
-  const CtaTiles<Traits> tiles{prm.scheduler};
+  const CtaTiles<Traits, kSplits> tiles{prm.scheduler, prm.split};
   // In a cluster this CTA loads its slice of each K/V block's rows into every CTA (mask 0b11).
   constexpr uint16_t kClusterMask = (1u << Traits::kClusterSize) - 1;
   const int cluster_rank = static_cast<int>(blockIdx.x % Traits::kClusterSize);
@@ -51,15 +53,15 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
   };
 
   for (int round = 0;; ++round) {
-    const int tile = tiles.tile_of(round);
-    if (tiles.done(tile)) break;
-    const TileCoords tc = tiles.coords(tile);
+    const TilePiece piece = tiles.piece_of(round);
+    if (tiles.done(piece.tile)) break;
+    const TileCoords tc = tiles.coords(piece.tile);
     const SequenceView seq = sequence_view(p, tc.batch);
     const int m0 = tile_first_row<Traits>(tc.m_block, seq, p);  // negative: padding rows above a shifted first tile
     if constexpr (Traits::kSeqBounds) {
       if (m0 >= seq.seqlen_q) continue;  // past this sequence's end: the consumers skip it too
     }
-    const KeyBlockRange range = cta_key_range<Traits>(tc.m_block, seq, p);
+    const KeyBlockRange range = piece_key_range<kSplits>(cta_key_range<Traits>(tc.m_block, seq, p), piece);
     const bool has_keys = range.n_block_max > range.n_block_min;
     const int kv_head = tc.head / heads_per_kv;
     const int batch = Traits::kSeqBounds ? tma_batch(seq) : tc.batch;

@@ -1,22 +1,20 @@
 #!/usr/bin/env python3
 """Few query tiles over many keys through flash_attn_func (a chunked prefill against a long cache,
-or one long head): the sm90 forward's persistent grid then has fewer tiles than SMs, and without
-the tail split most SMs idle (32 tiles of 128 rows on 132 SMs: 24% of them busy).  Times tileattn
-with TILEATTN_FORWARD_TAIL_SPLIT off and on, and SDPA's cuDNN backend, in rotation, and prints
-TFLOP/s (4 B H Sq Sk d) with the split's speedup.  Run on the device from the repository root with
-TILEATTN_LIBRARY set to the variant's library:
+or one long head): the sm90 forward's persistent grid then has fewer tiles than slots, and without
+the tail split most SMs idle (16 tiles of 128 rows on 66 cluster slots: a quarter of the GPU busy).
+Times tileattn with TILEATTN_FORWARD_TAIL_SPLIT off and on, and SDPA's cuDNN backend, in rotation,
+and prints TFLOP/s (4 B H Sq Sk d) with the split's speedup (auto splits the first, second and
+fourth shapes: docs/cuda-forward-sm90.md, "The tail split").  On the GPU machine, from the
+repository root:
 
-    python3 experiments/fwd-tail-split/chunked_prefill.py [--runs 10] [--queue 5] [--rounds 3]
+    TILEATTN_LIBRARY=... python3 bench/gpu/chunked_prefill.py [--runs 10] [--queue 5] [--rounds 3]
 """
 import argparse
 import os
-import sys
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
-import timing  # noqa: E402  bench/gpu/timing.py: puts the repository root on sys.path
+import timing  # bench/gpu/timing.py: puts the repository root on sys.path
 from bench import backends  # noqa: E402
 
 # (batch, query rows, keys, heads), d128, non-causal.  Tiles: batch x heads x ceil(rows / 128).
