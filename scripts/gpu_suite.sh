@@ -3,8 +3,9 @@
 # CUDA tensors, the standalone forward and backward checks, compute-sanitizer memcheck, then the
 # FA sweep (forward and backward, tileattn next to SDPA flash and cuDNN) with its plot.
 # Usage (repo root, on the GPU machine): bash scripts/gpu_suite.sh [libtileattn.so] [tests|tests-forward|tests-rest|bench|all]
-# `tests` is ~11 min, over one device call's 10: tests-forward (the pytest suite and the forward
-# steps, ~7 min) and tests-rest (the backward and decode steps, ~4.5 min) split it in two calls.
+# `tests` is ~10 min, one device call's limit: tests-forward (the pytest suite and the forward
+# steps, 351 s in session 42) and tests-rest (the backward and decode steps, ~220 s) split it in
+# two calls.
 # Every step has a time limit, so a kernel that hangs (a pipeline deadlock) fails its step and the
 # rest still runs; a step's log ends where it hung.
 set -u -o pipefail
