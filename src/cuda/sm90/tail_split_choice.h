@@ -17,8 +17,9 @@ inline TailSplitMode tail_split_mode() {
 
 // Only calls whose tiles are of equal length (no causal or window mask, no sequence bounds) with
 // plain scores and no dropout can split (tail_split_built); auto splits where TailSplit's model
-// gains at least kMinGain; on splits every such call, a whole number of rounds and one-block tiles
-// included, which is how the tests reach tiles cut in many pieces.
+// gains at least kMinGain (20%: calls that leave most SMs idle); on splits every such call, a whole
+// number of rounds and one-block tiles included, which is how the tests reach tiles cut in many
+// pieces.  The d64 short-walk kernel never splits (launch_sm90.h): its calls under auto are masked.
 inline bool use_tail_split(TailSplitMode mode, int num_tiles, int key_blocks, int slots) {
   if (mode == TailSplitMode::kOff || key_blocks < 1 || num_tiles < 1) return false;
   if (mode == TailSplitMode::kOn) return true;
