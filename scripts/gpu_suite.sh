@@ -2,7 +2,8 @@
 # The GPU test suite and benchmark in one device call (see README, "CUDA"): the pytest suite on
 # CUDA tensors, the standalone forward and backward checks, compute-sanitizer memcheck, then the
 # FA sweep (forward and backward, tileattn next to SDPA flash and cuDNN) with its plot.
-# Usage (repo root, on the GPU machine): bash scripts/gpu_suite.sh [libtileattn.so] [tests|tests-forward|tests-rest|bench|all]
+# Usage (repo root, on the GPU machine):
+#   bash scripts/gpu_suite.sh [libtileattn.so] [tests|tests-forward|tests-rest|bench|all]
 # `tests` is ~10 min, one device call's limit: tests-forward (the pytest suite and the forward
 # steps, 351 s in session 42) and tests-rest (the backward and decode steps, ~220 s) split it in
 # two calls.

@@ -159,8 +159,8 @@ TEST(Sm90TailSplit, MergedPiecesAreOneSoftmax) {
   EXPECT_EQ(empty.offset, -kInf);
 }
 
-// The auto rule's model on the sweep's non-causal shapes (blocks of 128 keys at d128, 64 at d256):
-// a split where the fill gains more than the pieces cost, none at a whole number of rounds.
+// The auto rule's model (blocks of 128 keys at d128, 64 at d256): a split only where it gains at
+// least kMinGain, i.e. calls that leave most SMs idle; none for the FA sweep's many-round calls.
 TEST(Sm90TailSplit, ModelSplitsOnlyCallsThatLeaveMostSmsIdle) {
   constexpr int kSms = 132;
   EXPECT_TRUE(TailSplit::worth_it(16, 256, 66));     // 1 x 128 queries x 32k keys x 16 heads, clusters of two
@@ -173,7 +173,7 @@ TEST(Sm90TailSplit, ModelSplitsOnlyCallsThatLeaveMostSmsIdle) {
   EXPECT_FALSE(TailSplit::worth_it(64, 64, 66));     // 64 tiles on 66 clusters: level
   EXPECT_FALSE(TailSplit::worth_it(2048, 4, kSms));  // d128 512: pieces of a block or two
   EXPECT_FALSE(TailSplit::worth_it(2 * kSms, 64, kSms));  // whole rounds
-  EXPECT_FALSE(TailSplit::worth_it(10, 1, kSms));    // a block cannot be cut
+  EXPECT_FALSE(TailSplit::worth_it(1000, 1, kSms));  // a block cannot be cut
   int grid = 0;
   const TailSplit s = TailSplit::make(2048, 64, kSms, &grid);
   EXPECT_EQ(s.dp_rounds, 14);

@@ -1,11 +1,11 @@
 // The tail split of the persistent sm90 forward (stream-K over its last rounds).
 //
 // The persistent grid runs the tiles in rounds of `grid` (tile_scheduler.h); when the tile count is
-// not a multiple of the grid, the last round runs part full and the other SMs idle.  Every
-// non-causal point of the FA sweep has 2048 (d128) or 1024 (d256) tiles on 132 SMs: 16 rounds with
-// the last 52% full (d128), 8 with the last 76% full (d256), so the call's fill is 0.970 at every
-// length, and with the mainloop at the tensor cores' rate that 3% is most of what d128 8k lacks
-// against 720 TFLOP/s (perf log, session 40).
+// not a multiple of the grid, the last round runs part full and the other SMs idle.  That costs
+// most where a call has fewer tiles than the grid: a chunk of 128-512 query rows against a 32k
+// cache, or one long head, keeps a quarter to a half of the SMs busy (3.7x and 1.4-1.7x faster
+// split, session 42).  The FA sweep's calls (16 rounds with the last 52% full at d128, 8 with the
+// last 76% full at d256) ran no faster split: the H200 runs them at its power cap.
 //
 // Tiles of equal length (no causal or window mask, no sequence bounds) can be cut along their key
 // blocks: the last two rounds' tiles (W of them, grid < W <= 2 grid, or every tile when there are
@@ -13,12 +13,12 @@
 //   [begin(c), begin(c + 1)),  begin(c) = floor(c * W * blocks / grid)
 // (Osama et al., "Stream-K", PPoPP 2023: their hybrid of data-parallel rounds first and about one
 // tile's worth of stream-K a CTA after them).  A CTA's steps run as pieces, one per tile they
-// touch, each piece a range of the tile's key blocks; a tile cut into pieces is finished by whichever of its CTAs arrives last:
-// every piece writes its unnormalized O, its rows' exp offsets and sums to a slot of the workspace,
-// counts itself in the tile's counter, and the CTA that brings the counter to the piece count reads
-// every piece back in CTA order (the same sum whatever the arrival order: deterministic) and
-// stores the tile.  No CTA waits on another, so the grid needs no co-residency beyond the
-// persistent kernel's own.
+// touch, each piece a range of the tile's key blocks; a tile cut into pieces is finished by
+// whichever of its CTAs arrives last: every piece writes its unnormalized O, its rows' exp offsets
+// and sums to a slot of the workspace, counts itself in the tile's counter, and the CTA that brings
+// the counter to the piece count reads every piece back in CTA order (the same sum whatever the
+// arrival order: deterministic) and stores the tile.  No CTA waits on another, so the grid needs
+// no co-residency beyond the persistent kernel's own.
 //
 // Integer arithmetic shared by the producer and the consumers, compiled for the host too:
 // tests/cpp/test_tail_split.cpp checks that every key block of every tile runs exactly once, that
