@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <optional>
 
 #include <cute/tensor.hpp>
 
@@ -95,25 +94,6 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   prm.scheduler =
       TileScheduler::make(num_m_groups, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven, groups);
 
-  // The tail split (tail_split.h): its own kernel (the same shared memory and threads, so the same
-  // slots); its workspace is freed on the stream after the kernel.
-  prm.split = TailSplit::off();
-  prm.split_partials = nullptr;
-  prm.split_counters = nullptr;
-  std::optional<StreamWorkspace> workspace;
-  bool split = false;
-  if constexpr (kCanSplit) {
-    const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-    split = !uneven && use_tail_split(split_mode, num_tiles, key_blocks, slots);
-    if (split) {
-      prm.split = TailSplit::make(num_tiles, key_blocks, slots, &groups);
-      workspace.emplace(stream);
-      prm.split_partials = workspace->floats(2 * groups * tail_slot_floats<Traits>(), false);
-      prm.split_counters =
-          workspace->ints(static_cast<int64_t>(num_tiles - prm.split.first_tile) * kCluster * Traits::kConsumers);
-    }
-  }
-
   const auto launch = [&](auto chosen) {
     if constexpr (kCluster > 1) {
       launch_cluster_kernel(chosen, groups * kCluster, Traits::kThreads, kSmem, kCluster, stream, prm);
@@ -122,8 +102,19 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
       check_cuda(cudaGetLastError(), "sm90 forward kernel launch");
     }
   };
+  prm.split = TailSplit::off();
+  prm.split_partials = nullptr;
+  prm.split_counters = nullptr;
   if constexpr (kCanSplit) {
-    if (split) {
+    // The tail split (tail_split.h): its own kernel, with the same shared memory and threads (so
+    // the same slots); its workspace is freed on the stream after the kernel.
+    const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+    if (!uneven && use_tail_split(split_mode, num_tiles, key_blocks, slots)) {
+      prm.split = TailSplit::make(num_tiles, key_blocks, slots, &groups);
+      StreamWorkspace workspace(stream);
+      prm.split_partials = workspace.floats(2 * groups * tail_slot_floats<Traits>(), false);
+      prm.split_counters =
+          workspace.ints(static_cast<int64_t>(num_tiles - prm.split.first_tile) * kCluster * Traits::kConsumers);
       auto split_kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy, true>;
       static SmemOptIn split_opt_in;
       opt_in_smem(split_opt_in, split_kernel, kSmem,

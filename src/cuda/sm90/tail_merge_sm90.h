@@ -54,8 +54,8 @@ __device__ __forceinline__ bool merge_tail_piece(Sm90Params<Traits> const& prm, 
   constexpr int kValues = kRows * kCols;
   static_assert(kValues + 2 * kRows == tail_piece_floats<Traits>(), "the slot layout the host sized");
   const TailSplit& split = prm.split;
-  const int64_t first_step = static_cast<int64_t>(t) * split.blocks;
-  const int cta_lo = split.cta_of(first_step), cta_hi = split.cta_of(first_step + split.blocks - 1);
+  const int cta_lo = split.cta_of(static_cast<int64_t>(t) * split.blocks);  // the tile's first piece
+  const int pieces = split.pieces_of(t);
   // This consumer's part of a slot: (cluster rank, consumer) inside it.
   const int part = static_cast<int>(blockIdx.x % Traits::kClusterSize) * Traits::kConsumers + consumer;
   auto slot_part = [&](int slot) {
@@ -85,7 +85,7 @@ __device__ __forceinline__ bool merge_tail_piece(Sm90Params<Traits> const& prm, 
     *arrivals = atomicAdd(counter, 1);
   }
   named_barrier_sync(kEpilogueBarrierBase + consumer, 128);
-  if (*arrivals != cta_hi - cta_lo) return false;  // cta_hi - cta_lo: the pieces' count - 1
+  if (*arrivals != pieces - 1) return false;  // not the last piece to arrive
   __threadfence();  // acquire: the other pieces' stores, made visible before their counts
 
   float offset[kRows], sum[kRows];
@@ -94,7 +94,7 @@ __device__ __forceinline__ bool merge_tail_piece(Sm90Params<Traits> const& prm, 
     offset[r] = -INFINITY;
     sum[r] = 0.f;
   }
-  for (int cta = cta_lo; cta <= cta_hi; ++cta) {
+  for (int cta = cta_lo; cta < cta_lo + pieces; ++cta) {
     // L2 loads (ld.global.cg): the slots were written by other SMs during this kernel.
     const float* theirs = slot_part(split.slot_of(cta, t));
     CUTE_UNROLL
