@@ -54,11 +54,15 @@ __device__ __forceinline__ KeyBlockRange key_block_range(int m0, int block_m, in
 
 // Sets scores of invisible (row, col) pairs to -inf: the causal / sliding-window rule of
 // common/mask.h, which also hides columns at or past seqlen_k.  Applied to masked blocks only.
+// kLeftEdge false: the caller guarantees window_left < 0, so no row has a left edge (causal masks,
+// right windows and the seqlen_k edge hide only columns past `last`) and a score takes one compare
+// and a select instead of two compares and a select.  At the H200's power cap the instructions
+// are joules: causal d128 512 +2.6%, d64 512 +2.2% back to back (session 43).
 struct VisibilityMask {
   int seqlen_q, seqlen_k, window_left, window_right;
 
   // scores and coords: (rows, cols) views; coords hold tile-local (row, col).
-  template <typename TensorS, typename TensorC>
+  template <bool kLeftEdge = true, typename TensorS, typename TensorC>
   __device__ __forceinline__ void apply(TensorS& scores, TensorC const& coords, int m0, int n0) const {
     CUTE_UNROLL
     for (int r = 0; r < cute::size<0>(scores); ++r) {
@@ -67,7 +71,11 @@ struct VisibilityMask {
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(scores); ++c) {
         const int col = n0 + cute::get<1>(coords(r, c));
-        if (col < visible.first || col > visible.last) scores(r, c) = -INFINITY;
+        if constexpr (kLeftEdge) {
+          if (col < visible.first || col > visible.last) scores(r, c) = -INFINITY;
+        } else {
+          if (col > visible.last) scores(r, c) = -INFINITY;
+        }
       }
     }
   }

@@ -25,6 +25,7 @@
 #include "cuda/sm90/cluster_sm90.h"
 #include "cuda/sm90/epilogue_sm90.h"
 #include "cuda/sm90/kernel_params_sm90.h"
+#include "cuda/sm90/left_window_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
 #include "cuda/sm90/rescore_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
@@ -144,7 +145,10 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       // S = Q K(n)^T with the score transform and, on the blocks at the edges, the mask.
       auto scores_of_block = [&](int n) __attribute__((always_inline)) {
         score_policy.apply(scores, coords, row0, n * kBlockN);
-        if (range.needs_mask(n, kBlockN)) mask.apply(scores, coords, row0, n * kBlockN);
+        if (range.needs_mask(n, kBlockN)) {
+          mask.template apply<masks_left_edge<Traits, ScorePolicy, DropoutPolicy>()>(scores, coords, row0,
+                                                                                   n * kBlockN);
+        }
       };
       float correction[kRowsPerThread];
       // V rows past the sequence's keys (only the top key block has any) are zeroed before their

@@ -26,6 +26,7 @@ struct Sm90Traits {
   static constexpr int kOCols = sm90_o_pass_cols(kHeadDim_);  // head-dim columns of one O store
   static constexpr int kOPasses = kHeadDim_ / kOCols;
   static constexpr bool kSeqBounds = false;  // sequence_bounds_sm90.h
+  static constexpr bool kLeftWindow = false;  // left_window_sm90.h
   static constexpr int kClusterSize = 1;     // CTAs sharing each K/V load (cluster_sm90.h)
   static constexpr int kRows = kRowsPerConsumer;  // query rows of one consumer warpgroup
   static constexpr int kConsumers = sm90_consumers(kHeadDim_);

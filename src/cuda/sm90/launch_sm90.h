@@ -19,6 +19,7 @@
 #include "cuda/sm90/gmem_view.h"
 #include "cuda/sm90/kernel_traits_sm90.h"
 #include "cuda/sm90/launch_api_sm90.h"
+#include "cuda/sm90/left_window_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/short_walk.h"
 #include "cuda/sm90/tail_merge_sm90.h"
@@ -39,6 +40,11 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   using HeadDim = typename Traits::HeadDim;
   const ForwardParams& p = args.params;
   const TailSplitMode split_mode = tail_split_mode();  // first, so a bad value always raises
+  if (p.window_left >= 0 && !masks_left_edge<Traits, ScorePolicy, DropoutPolicy>()) {
+    // run_fwd_sm90 sends left windows elsewhere; a kernel whose mask has no left edge would show
+    // these rows keys left of their window.
+    throw Error(ErrorCode::kInternal, "window_size", "sm90 forward: a left window reached a kernel without a left edge");
+  }
 
   Sm90Params<Traits> prm;
   prm.args = args;
@@ -142,15 +148,19 @@ int fwd_smem_bytes_sm90() {
 // And at d64 (short_walk_built) two more: plain scores without dropout, with and without bounds,
 // on 64-key blocks for short causal calls (short_walk.h; use_short_walk).  The plain-score kernel
 // and the K/V-multicast one each have a twin that walks the tail split's pieces (launched for the
-// calls use_tail_split picks: tail_split_choice.h).
+// calls use_tail_split picks: tail_split_choice.h).  The plain-score kernels without dropout (with
+// and without bounds) test only the right edge in their masks and have a twin each for calls with
+// a left window (left_window_sm90.h).
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
   using BoundsTraits = SequenceBoundsTraits<Traits>;
   const ForwardParams& p = args.params;
   const bool bounds = p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
+  const bool left_window = p.window_left >= 0;  // left_window_sm90.h
   if constexpr (short_walk_built<kHeadDim>()) {
-    if (!variant.transformed_scores && !variant.dropout && use_short_walk(p.seqlen_k, p.window_right >= 0)) {
+    if (!variant.transformed_scores && !variant.dropout && !left_window &&
+        use_short_walk(p.seqlen_k, p.window_right >= 0)) {
       using Short = ShortWalkTraits<kHeadDim, Element>;
       // Masked calls (auto's only use of it) never split: no tail-split kernel for it.
       bounds ? launch_fwd_sm90_variant<SequenceBoundsTraits<Short>, PlainScores, NoDropout, false>(args, stream)
@@ -161,7 +171,7 @@ void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStre
   if constexpr (kv_multicast_built<Traits>()) {
     // No left window: the two tiles of a cluster then differ only in their ranges' tops
     // (cta_key_range).  A causal mask is a right window of 0.
-    if (!bounds && p.window_left < 0 && !variant.transformed_scores && !variant.dropout &&
+    if (!bounds && !left_window && !variant.transformed_scores && !variant.dropout &&
         use_kv_multicast((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.window_right >= 0) &&
         launch_fwd_sm90_variant<KVMulticastTraits<Traits>, PlainScores, NoDropout>(args, stream)) {
       return;
@@ -175,8 +185,14 @@ void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStre
   };
   if (variant.transformed_scores) {
     variant.dropout ? launch(ModifiedScores{}, PhiloxDropout{}) : launch(ModifiedScores{}, NoDropout{});
+  } else if (variant.dropout) {
+    launch(PlainScores{}, PhiloxDropout{});
+  } else if (left_window) {
+    // The plain kernel's twin whose mask tests the left edge too; windowed tiles never split.
+    bounds ? launch_fwd_sm90_variant<LeftWindowTraits<BoundsTraits>, PlainScores, NoDropout, false>(args, stream)
+           : launch_fwd_sm90_variant<LeftWindowTraits<Traits>, PlainScores, NoDropout, false>(args, stream);
   } else {
-    variant.dropout ? launch(PlainScores{}, PhiloxDropout{}) : launch(PlainScores{}, NoDropout{});
+    launch(PlainScores{}, NoDropout{});
   }
 }
 

@@ -23,7 +23,8 @@ using ShortWalkTraits = Sm90Traits<kHeadDim, Element, kSm90ShortWalkD64.block_n,
 // one process.  auto takes it for the calls it measured faster on: a right edge (causal, or a right
 // window) and at most kSm90ShortWalkMaxKeys keys (the longest sequence's, with varlen).  on takes
 // it for every call it can serve, non-causal and long ones included, which is how the tests reach
-// it at every shape.
+// it at every shape; it serves no left window (its mask tests only the right edge:
+// left_window_sm90.h), which run_fwd_sm90 checks before asking.
 inline bool use_short_walk(int seqlen_k, bool right_edge) {
   const int mode = env_choice("TILEATTN_FORWARD_SHORT_WALK", {"auto", "on", "off"});
   if (mode != 0) return mode == 1;
