@@ -149,8 +149,9 @@ int fwd_smem_bytes_sm90() {
 // on 64-key blocks for short causal calls (short_walk.h; use_short_walk).  The plain-score kernel
 // and the K/V-multicast one each have a twin that walks the tail split's pieces (launched for the
 // calls use_tail_split picks: tail_split_choice.h).  The plain-score kernels without dropout (with
-// and without bounds) test only the right edge in their masks and have a twin each for calls with
-// a left window (left_window_sm90.h).
+// and without bounds) and the short-walk ones test only the right edge in their masks; the first
+// two have a twin each with both edges for calls with a left window, which the short-walk kernel
+// never serves (left_window_sm90.h; the K/V-multicast kernel keeps both edges).
 template <int kHeadDim, typename Element>
 void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStream_t stream) {
   using Traits = Sm90Traits<kHeadDim, Element>;
