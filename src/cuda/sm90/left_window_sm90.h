@@ -7,9 +7,9 @@
 // kernel without dropout, the one the common calls run, has a twin for left windows
 // (LeftWindowTraits, chosen by run_fwd_sm90), and the short-walk kernel never serves a left window.
 // The K/V-multicast kernel (cluster_sm90.h) keeps both edges too, though it serves no left window
-// either: it runs the non-causal calls, whose blocks are unmasked, and with the one-compare mask its
-// unmasked loop came out scheduled differently and non-causal d128 512 ran 3% slower in the A/B
-// (session 44, perf log), for +1% at causal d128 8k, its only causal calls being long ones.
+// either: it runs the non-causal calls, whose blocks are unmasked, yet with the one-compare mask
+// non-causal d128 512 ran 3% slower in the A/B (ptxas reordered the code around the masked branch;
+// session 44, perf log), for +1% at causal d128 8k, its only causal calls being long ones.
 #pragma once
 
 namespace tileattn::cuda::sm90 {
