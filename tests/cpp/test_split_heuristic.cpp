@@ -74,6 +74,23 @@ TEST(SplitHeuristic, WideRingCounts) {
   }
 }
 
+// Grids that fit one CTA an SM unsplit but whose wide-ring plan takes a second wave: there the
+// wide ring lost 1-30% to the narrow one on the H200, so cuda_decode.cu's wide_ring_chosen gives
+// them the narrow ring (session 45).  10 x 8 KV heads x 2k: 3 splits, 240 CTAs on 132 SMs; 12 x 4k:
+// 4 splits.  The grids it keeps fit: 12 x 2k (96), 16 x 8k (128), 8 x 2k (2 splits, 128).
+TEST(SplitHeuristic, WideRingPlansThatTakeASecondWave) {
+  constexpr int kWideResident = 132, kWideBlock = 32;
+  auto ctas_of_plan = [&](int ctas, int keys) {
+    return ctas * choose_num_splits(0, ctas, kWideResident, keys, kWideBlock);
+  };
+  EXPECT_EQ(ctas_of_plan(10 * 8, 2048), 240);
+  EXPECT_EQ(ctas_of_plan(12 * 8, 4096), 384);
+  EXPECT_GT(ctas_of_plan(12 * 8, 8192), kWideResident);
+  EXPECT_LE(ctas_of_plan(12 * 8, 2048), kWideResident);
+  EXPECT_LE(ctas_of_plan(16 * 8, 8192), kWideResident);
+  EXPECT_LE(ctas_of_plan(8 * 8, 2048), kWideResident);
+}
+
 // CTAs resident in clusters of s on the H200 at two CTAs an SM (cudaOccupancyMaxActiveClusters x s,
 // measured in session 35): a GPC's SMs do not divide evenly from 3 up.
 constexpr int kH200ClusterResident[9] = {0, 0, 264, 237, 248, 235, 234, 224, 240};

@@ -76,13 +76,18 @@ bool tma_possible(const tileattn_kvcache_params& p) {
 }
 
 // The wide ring (tma_block_loop.cuh: 32-key blocks at d128, one CTA an SM) under
-// TILEATTN_DECODE_RING=auto: calls whose unsplit grid fits one CTA an SM, on a contiguous cache or
-// pages of whole 32-key blocks.  There one CTA an SM streams alone, and 16 KB steps take it faster
-// than 8 KB ones (sm_intake: a warp's copies arrive about one block at a time); where the grid is
-// larger, two narrow CTAs an SM overlap each other's fixed costs.  Measured on the H200 (session
+// TILEATTN_DECODE_RING=auto: calls whose unsplit grid fits one CTA an SM and whose split plan on
+// the wide ring still runs in one wave, on a contiguous cache or pages of whole 32-key blocks.
+// There one CTA an SM streams alone, and 16 KB steps take it faster than 8 KB ones (sm_intake: a
+// warp's copies arrive about one block at a time); where the grid is larger, two narrow CTAs an SM
+// overlap each other's fixed costs.  Measured on the H200 (session
 // 40, bench/results/h200-decode-ring-choice-ab-2026-12-03.txt): this rule against the narrow ring
 // everywhere 12 x 2k +7%, 16 x 2k +5%, 8 x 2k on pages of 256 +4%, the rest level; the wide ring
-// everywhere lost 24-64 x 2k 4-6% and pages of 16 (two boxes a block) 5-31%.  `narrow` and `wide`
+// everywhere lost 24-64 x 2k 4-6% and pages of 16 (two boxes a block) 5-31%.  Session 45 measured
+// the rule over batches 1-16 x 2k-16k (bench/results/h200-decode-ring-grid-2026-12-04.txt): where
+// the heuristic split the wide grid into a second wave (10 sequences at 2k-8k: 3 splits, 240
+// CTAs; 12 at 3k-8k: 4 splits) the wide ring lost 1-30% to the narrow one, and won or drew
+// wherever its plan ran in one wave; hence the one-wave condition.  `narrow` and `wide`
 // force a ring (d128, A/B runs and tests).  Shapes and the device decide it, so the workspace query
 // agrees with the call.
 enum RingChoice { kRingAuto, kRingNarrow, kRingWide };
@@ -98,7 +103,9 @@ bool wide_ring_chosen(const cuda::decode::DecodeArgs& args, RingChoice choice) {
   if (p.fwd.head_dim != 128) return false;
   if (choice != kRingAuto) return choice == kRingWide;
   if (p.block_table != nullptr && p.page_size % cuda::decode::tma_block_keys(128, true) != 0) return false;
-  return cuda::decode::split_ctas(args) <= cuda::sm_count();
+  if (cuda::decode::split_ctas(args) > cuda::sm_count()) return false;
+  return p.fwd.dtype == TILEATTN_FLOAT16 ? cuda::decode::wide_ring_runs_one_wave<__half>(args)
+                                         : cuda::decode::wide_ring_runs_one_wave<__nv_bfloat16>(args);
 }
 
 bool setup_tma(cuda::decode::DecodeArgs& args, RingChoice ring) {

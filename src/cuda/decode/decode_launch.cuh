@@ -283,8 +283,41 @@ void run_decode(DecodeArgs args, cudaStream_t stream) {
   });
 }
 
+// The CTAs of the plan against one CTA on every SM, for the wide-ring kernel launch_ring would take.
+// Against the clusters' own residency instead (cudaOccupancyMaxActiveClusters: fewer CTAs at once in
+// clusters of 4-8, a GPC's SMs not dividing evenly) the rule sent 1-4 sequences to the narrow ring,
+// which lost 1-4% there (session 45): a few clusters waiting is not the whole second wave that
+// costs the wide ring its lead.
+template <typename T, int kHalves, bool kPages, bool kNewToken>
+bool wide_plan_runs_one_wave(const DecodeArgs& args) {
+  const SplitPlan plan = split_plan<T, 128, kHalves, kLoopWideRing, kPages, kNewToken>(args);
+  return split_ctas(args) * plan.splits <= prepare_split_kernel<T, 128, kHalves, kLoopWideRing, kPages, kNewToken>();
+}
+
+template <typename T>
+bool wide_ring_runs_one_wave(const DecodeArgs& args) {
+  return with_bucket(args, [&](auto bucket) {
+    using B = decltype(bucket);
+    if constexpr (B::kD != 128) {
+      return false;
+    } else {
+      // launch_ring's choice: pages of whole 32-key blocks take the page window (a paged call
+      // reaches here only with such pages), one new token the split kernel's own append.
+      const bool pages = args.p.block_table != nullptr;
+      const bool new_token = args.p.k_new != nullptr && args.p.seqlen_new == 1;
+      if (pages) {
+        return new_token ? wide_plan_runs_one_wave<T, B::kHalves, true, true>(args)
+                         : wide_plan_runs_one_wave<T, B::kHalves, true, false>(args);
+      }
+      return new_token ? wide_plan_runs_one_wave<T, B::kHalves, false, true>(args)
+                       : wide_plan_runs_one_wave<T, B::kHalves, false, false>(args);
+    }
+  });
+}
+
 #define TILEATTN_INSTANTIATE_DECODE(T)                          \
   template void run_decode<T>(DecodeArgs, cudaStream_t);       \
-  template int64_t workspace_bytes<T>(const DecodeArgs&);
+  template int64_t workspace_bytes<T>(const DecodeArgs&);      \
+  template bool wide_ring_runs_one_wave<T>(const DecodeArgs&);
 
 }  // namespace tileattn::cuda::decode

@@ -20,4 +20,10 @@ void run_decode(DecodeArgs args, cudaStream_t stream);
 template <typename T>
 int64_t workspace_bytes(const DecodeArgs& args);
 
+// Whether the wide ring's split plan for these args (d128) runs all its CTAs in one wave, one CTA
+// an SM: where it does not, the split kernel's CTAs wait for a second wave that two narrow CTAs an
+// SM would have run beside the first (cuda_decode.cu, wide_ring_chosen).
+template <typename T>
+bool wide_ring_runs_one_wave(const DecodeArgs& args);
+
 }  // namespace tileattn::cuda::decode
