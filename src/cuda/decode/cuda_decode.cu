@@ -80,8 +80,8 @@ bool tma_possible(const tileattn_kvcache_params& p) {
 // the wide ring still runs in one wave, on a contiguous cache or pages of whole 32-key blocks.
 // There one CTA an SM streams alone, and 16 KB steps take it faster than 8 KB ones (sm_intake: a
 // warp's copies arrive about one block at a time); where the grid is larger, two narrow CTAs an SM
-// overlap each other's fixed costs.  Measured on the H200 (session
-// 40, bench/results/h200-decode-ring-choice-ab-2026-12-03.txt): this rule against the narrow ring
+// overlap each other's fixed costs.  Measured on the H200 (session 40,
+// bench/results/h200-decode-ring-choice-ab-2026-12-03.txt): this rule against the narrow ring
 // everywhere 12 x 2k +7%, 16 x 2k +5%, 8 x 2k on pages of 256 +4%, the rest level; the wide ring
 // everywhere lost 24-64 x 2k 4-6% and pages of 16 (two boxes a block) 5-31%.  Session 45 measured
 // the rule over batches 1-16 x 2k-16k (bench/results/h200-decode-ring-grid-2026-12-04.txt): where

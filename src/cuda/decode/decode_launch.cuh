@@ -284,10 +284,10 @@ void run_decode(DecodeArgs args, cudaStream_t stream) {
 }
 
 // The CTAs of the plan against one CTA on every SM, for the wide-ring kernel launch_ring would take.
-// Against the clusters' own residency instead (cudaOccupancyMaxActiveClusters: fewer CTAs at once in
-// clusters of 4-8, a GPC's SMs not dividing evenly) the rule sent 1-4 sequences to the narrow ring,
-// which lost 1-4% there (session 45): a few clusters waiting is not the whole second wave that
-// costs the wide ring its lead.
+// A first version counted a cluster plan against the clusters' own residency
+// (cudaOccupancyMaxActiveClusters, a few CTAs fewer in clusters of 3-8) and measured the same within
+// 1% (session 45; batch 8 from 6k +1%); this count needs no cluster query and names the cost the
+// rule is about, a whole second wave.
 template <typename T, int kHalves, bool kPages, bool kNewToken>
 bool wide_plan_runs_one_wave(const DecodeArgs& args) {
   const SplitPlan plan = split_plan<T, 128, kHalves, kLoopWideRing, kPages, kNewToken>(args);
