@@ -255,17 +255,22 @@ int64_t workspace_bytes(const DecodeArgs& args) {
 // and appending the call's new token itself when there is exactly one (one token a sequence a
 // step: a serving step; 1 x 2k +12%, perf log, session 30); else the register kernel, after the
 // append kernel.  The wide ring is built at d128 only.
+// fn(std::bool_constant<kPages>{}, std::bool_constant<kNewToken>{}) for a TMA ring's call: the page
+// window when `pages` (each block lies in one page), the split kernel's own append when the call
+// brings exactly one new token.
+template <typename Fn>
+decltype(auto) with_ring_kernel_flags(const DecodeArgs& args, bool pages, Fn&& fn) {
+  const bool new_token = args.p.k_new != nullptr && args.p.seqlen_new == 1;
+  if (pages) return new_token ? fn(std::true_type{}, std::true_type{}) : fn(std::true_type{}, std::false_type{});
+  return new_token ? fn(std::false_type{}, std::true_type{}) : fn(std::false_type{}, std::false_type{});
+}
+
 template <typename T, int kD, int kHalves, int kLoop>
 void launch_ring(const DecodeArgs& args, cudaStream_t stream) {
   const bool pages = args.p.block_table != nullptr && args.tma_box_keys == LoopRing<T, kD, kLoop>::kKeys;
-  const bool new_token = args.p.k_new != nullptr && args.p.seqlen_new == 1;
-  if (pages) {
-    new_token ? launch_decode<T, kD, kHalves, kLoop, true, true>(args, stream)
-              : launch_decode<T, kD, kHalves, kLoop, true, false>(args, stream);
-  } else {
-    new_token ? launch_decode<T, kD, kHalves, kLoop, false, true>(args, stream)
-              : launch_decode<T, kD, kHalves, kLoop, false, false>(args, stream);
-  }
+  with_ring_kernel_flags(args, pages, [&](auto kPages, auto kNewToken) {
+    launch_decode<T, kD, kHalves, kLoop, decltype(kPages)::value, decltype(kNewToken)::value>(args, stream);
+  });
 }
 
 template <typename T>
@@ -283,17 +288,11 @@ void run_decode(DecodeArgs args, cudaStream_t stream) {
   });
 }
 
-// The CTAs of the plan against one CTA on every SM, for the wide-ring kernel launch_ring would take.
-// A first version counted a cluster plan against the clusters' own residency
-// (cudaOccupancyMaxActiveClusters, a few CTAs fewer in clusters of 3-8) and measured the same within
-// 1% (session 45; batch 8 from 6k +1%); this count needs no cluster query and names the cost the
-// rule is about, a whole second wave.
-template <typename T, int kHalves, bool kPages, bool kNewToken>
-bool wide_plan_runs_one_wave(const DecodeArgs& args) {
-  const SplitPlan plan = split_plan<T, 128, kHalves, kLoopWideRing, kPages, kNewToken>(args);
-  return split_ctas(args) * plan.splits <= prepare_split_kernel<T, 128, kHalves, kLoopWideRing, kPages, kNewToken>();
-}
-
+// The CTAs of the wide-ring kernel's plan (the kernel launch_ring would take: a paged call reaches
+// here only with pages of whole 32-key blocks) against one CTA on every SM.  A first version counted
+// a cluster plan against the clusters' own residency (cudaOccupancyMaxActiveClusters, a few CTAs
+// fewer in clusters of 3-8) and measured the same within 1% (session 45; batch 8 from 6k +1%); this
+// count needs no cluster query and names the cost the rule is about, a whole second wave.
 template <typename T>
 bool wide_ring_runs_one_wave(const DecodeArgs& args) {
   return with_bucket(args, [&](auto bucket) {
@@ -301,16 +300,11 @@ bool wide_ring_runs_one_wave(const DecodeArgs& args) {
     if constexpr (B::kD != 128) {
       return false;
     } else {
-      // launch_ring's choice: pages of whole 32-key blocks take the page window (a paged call
-      // reaches here only with such pages), one new token the split kernel's own append.
-      const bool pages = args.p.block_table != nullptr;
-      const bool new_token = args.p.k_new != nullptr && args.p.seqlen_new == 1;
-      if (pages) {
-        return new_token ? wide_plan_runs_one_wave<T, B::kHalves, true, true>(args)
-                         : wide_plan_runs_one_wave<T, B::kHalves, true, false>(args);
-      }
-      return new_token ? wide_plan_runs_one_wave<T, B::kHalves, false, true>(args)
-                       : wide_plan_runs_one_wave<T, B::kHalves, false, false>(args);
+      return with_ring_kernel_flags(args, args.p.block_table != nullptr, [&](auto kPages, auto kNewToken) {
+        constexpr bool kP = decltype(kPages)::value, kN = decltype(kNewToken)::value;
+        const SplitPlan plan = split_plan<T, 128, B::kHalves, kLoopWideRing, kP, kN>(args);
+        return split_ctas(args) * plan.splits <= prepare_split_kernel<T, 128, B::kHalves, kLoopWideRing, kP, kN>();
+      });
     }
   });
 }
