@@ -12,6 +12,7 @@ using tileattn::cuda::decode::choose_num_splits;
 using tileattn::cuda::decode::choose_split_plan;
 using tileattn::cuda::decode::kMaxSplits;
 using tileattn::cuda::decode::kWarps;
+using tileattn::cuda::decode::RingWave;
 
 constexpr int kTmaResident = 2 * 132;       // TMA loop: two CTAs an SM on 132 SMs
 constexpr int kRegisterResident = 3 * 132;  // register loop: three
@@ -121,6 +122,40 @@ TEST(SplitHeuristic, ClusterMergeWhereItAddsNoWave) {
   EXPECT_FALSE(choose_split_plan(4, 8 * 8, kTmaResident, kH200ClusterResident, 8192, kBlock).cluster);
   EXPECT_FALSE(choose_split_plan(2, 16 * 8, kTmaResident, nullptr, 8192, kBlock).cluster);
   EXPECT_FALSE(choose_split_plan(16, 1, kTmaResident, kH200ClusterResident, 8192, kBlock).cluster);  // > 8
+}
+
+// The plans cuda_decode.cu's three-CTA ring rule compares (session 46): three CTAs an SM give 396
+// slots on the H200, and the rule takes that ring where its plan fills at least 90% of one wave and
+// the plan of the ring chosen before does not.
+TEST(SplitHeuristic, ThreeCtaRingPlans) {
+  constexpr int kThreeResident = 3 * 132, kWideResident = 132, kWideBlock = 32;
+  auto wave = [](int ctas, int resident, int keys, int block) {
+    const int splits = choose_num_splits(0, ctas, resident, keys, block);
+    return RingWave{int64_t{ctas} * splits, splits, resident};
+  };
+  // 24 x 2k: 192 narrow CTAs fill 73% of 264; three CTAs an SM take 2 splits, 384 of 396.
+  EXPECT_FALSE(wave(24 * 8, kTmaResident, 2048, kBlock).fills_one_wave());
+  const RingWave three24 = wave(24 * 8, kThreeResident, 2048, kBlock);
+  EXPECT_EQ(three24.splits, 2);
+  EXPECT_TRUE(three24.fills_one_wave());
+  // 12 x 4k: 96 wide CTAs (73% of 132); three CTAs an SM: 4 splits, 384.
+  EXPECT_FALSE(wave(12 * 8, kWideResident, 4096, kWideBlock).fills_one_wave());
+  const RingWave three12 = wave(12 * 8, kThreeResident, 4096, kBlock);
+  EXPECT_EQ(three12.splits, 4);
+  EXPECT_TRUE(three12.fills_one_wave());
+  // 48 x 2k: the narrow plan (2 splits, 768 CTAs) runs three waves; three CTAs an SM, one unsplit.
+  EXPECT_FALSE(wave(48 * 8, kTmaResident, 2048, kBlock).fills_one_wave());
+  const RingWave three48 = wave(48 * 8, kThreeResident, 2048, kBlock);
+  EXPECT_EQ(three48.splits, 1);
+  EXPECT_TRUE(three48.fills_one_wave());
+  // Plans that already fill their wave keep their ring: 32 x 2k (256 of 264), 16 x 8k (128 wide
+  // CTAs), 8 x 2k (2 wide splits, 128).  20 x 4k: three CTAs an SM would fill only 320 of 396.
+  EXPECT_TRUE(wave(32 * 8, kTmaResident, 2048, kBlock).fills_one_wave());
+  EXPECT_TRUE(wave(16 * 8, kWideResident, 8192, kWideBlock).fills_one_wave());
+  EXPECT_TRUE(wave(8 * 8, kWideResident, 2048, kWideBlock).fills_one_wave());
+  EXPECT_FALSE(wave(20 * 8, kThreeResident, 4096, kBlock).fills_one_wave());
+  // A second wave is never full: 397 CTAs on 396 slots.
+  EXPECT_FALSE((RingWave{397, 1, 396}.fills_one_wave()));
 }
 
 }  // namespace

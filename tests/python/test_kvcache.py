@@ -234,12 +234,12 @@ def test_cluster_merge_matches_combine_bits(splits, page_size, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the TMA rings are a CUDA path")
-@pytest.mark.parametrize("ring", ["narrow", "wide"])
+@pytest.mark.parametrize("ring", ["narrow", "wide", "three"])
 @pytest.mark.parametrize("page_size, seqlen_new, splits", [(0, 0, 0), (0, 1, 0), (16, 1, 0), (64, 3, 0),
                                                            (32, 0, 0), (0, 1, 3)])
 def test_tma_rings(ring, page_size, seqlen_new, splits, monkeypatch):
-    """Both TMA rings at d128 (TILEATTN_DECODE_RING forces one; on a GPU without TMA the register
-    loop serves either): the wide ring's 32-key blocks over pages of 16 come as two boxes, and a
+    """The three TMA rings at d128 (TILEATTN_DECODE_RING forces one; on a GPU without TMA the register
+    loop serves each): the wide ring's 32-key blocks over pages of 16 come as two boxes, and a
     block can hold the new token, the last visible key and positions past it.  Ragged lengths, an
     empty cache, NaN in every slot a sequence does not own."""
     monkeypatch.setenv("TILEATTN_DECODE_FAMILY", "sm90")
@@ -258,7 +258,7 @@ def test_decode_ring_choice_is_checked(monkeypatch):
     opts = dict(DEFAULTS, dim=128, heads=32, heads_k=8)
     args, _, _ = make_problem(opts, torch.bfloat16, "cuda", batch=2, capacity=64,
                               cache_seqlens=torch.tensor([3, 40], dtype=torch.int32))
-    with pytest.raises(Exception, match="TILEATTN_DECODE_RING must be auto, narrow or wide"):
+    with pytest.raises(Exception, match="TILEATTN_DECODE_RING must be auto, narrow, wide or three"):
         tileattn.flash_attn_with_kvcache(**args)
 
 

@@ -87,25 +87,68 @@ bool tma_possible(const tileattn_kvcache_params& p) {
 // the rule over batches 1-16 x 2k-16k (bench/results/h200-decode-ring-grid-2026-12-04.txt): where
 // the heuristic split the wide grid into a second wave (10 sequences at 2k-8k: 3 splits, 240
 // CTAs; 12 at 3k-8k: 4 splits) the wide ring lost 1-30% to the narrow one, and won or drew
-// wherever its plan ran in one wave; hence the one-wave condition.  `narrow` and `wide`
-// force a ring (d128, A/B runs and tests).  Shapes and the device decide it, so the workspace query
-// agrees with the call.
-enum RingChoice { kRingAuto, kRingNarrow, kRingWide };
+// wherever its plan ran in one wave; hence the one-wave condition.  `narrow`, `wide` and `three`
+// force a ring (d128, A/B runs and tests; `three`, the narrow ring at three CTAs an SM, where a CTA
+// has at most 8 query rows, else the narrow ring).  Shapes and the device decide it, so the
+// workspace query agrees with the call.
+enum RingChoice { kRingAuto, kRingNarrow, kRingWide, kRingThree };
 
 // TILEATTN_DECODE_RING, read and checked at every call on every device (a bad value raises an
 // error naming it even where no TMA ring can run).
 RingChoice ring_choice() {
-  return static_cast<RingChoice>(env_choice("TILEATTN_DECODE_RING", {"auto", "narrow", "wide"}));
+  return static_cast<RingChoice>(env_choice("TILEATTN_DECODE_RING", {"auto", "narrow", "wide", "three"}));
 }
 
-bool wide_ring_chosen(const cuda::decode::DecodeArgs& args, RingChoice choice) {
+cuda::decode::RingWave ring_wave(const cuda::decode::DecodeArgs& args, int loop) {
+  return args.p.fwd.dtype == TILEATTN_FLOAT16 ? cuda::decode::ring_wave<__half>(args, loop)
+                                              : cuda::decode::ring_wave<__nv_bfloat16>(args, loop);
+}
+
+bool wide_ring_pays_off(const cuda::decode::DecodeArgs& args) {
+  using namespace cuda::decode;
   const tileattn_kvcache_params& p = args.p;
-  if (p.fwd.head_dim != 128) return false;
-  if (choice != kRingAuto) return choice == kRingWide;
-  if (p.block_table != nullptr && p.page_size % cuda::decode::tma_block_keys(128, true) != 0) return false;
-  if (cuda::decode::split_ctas(args) > cuda::sm_count()) return false;
-  return p.fwd.dtype == TILEATTN_FLOAT16 ? cuda::decode::wide_ring_runs_one_wave<__half>(args)
-                                         : cuda::decode::wide_ring_runs_one_wave<__nv_bfloat16>(args);
+  if (p.block_table != nullptr && p.page_size % tma_block_keys(128, true) != 0) return false;
+  if (split_ctas(args) > cuda::sm_count()) return false;
+  const RingWave wide = ring_wave(args, kLoopWideRing);
+  return wide.ctas <= wide.resident;
+}
+
+// The narrow ring at three CTAs an SM (at most 8 rows a CTA) under TILEATTN_DECODE_RING=auto:
+// where the ring chosen above leaves its one wave less than 90% full or needs a second, and the
+// three-CTA plan fills at least 90% of its one wave (396 CTAs on the H200) with at least 16 blocks
+// a warp.  Measured on the H200 with each ring forced (session 46, 28 points, two runs each,
+// bench/results/h200-decode-three-ctas-grid-2026-12-04.txt): against the ring chosen before,
+// 24 x 2k +16% (192 pairs: 192 narrow CTAs leave 72 SMs with one, three CTAs an SM take 2 splits,
+// 384 CTAs), 24 x 4k +7%, 12 x 4k +7% (96 pairs: 96 wide CTAs, 4 splits of three), 48 x 2k +9%
+// (384 pairs: 2 narrow splits run 3 waves, three CTAs one), 12-24 x 8k +3-4%; and lost where the
+// plan chosen before already filled one wave (batch 8, 16, 32: -1 to -10%), at 20 sequences (320
+// of 396: -6% at 4k) and at 12 x 2k (8 blocks a warp: -1.5%).  With this rule against main, two
+// runs a side (bench/results/h200-decode-three-ctas-ab-2026-12-04.txt): 24 x 2k +16% (0.88 -> 1.02 of
+// cuDNN), 48 x 2k +12%, 12 x 4k +7%, 24 x 4k +8%, the other rule-taken points +2-5%; the points it
+// leaves alone (identical kernels) read +0.4 to +3.5%, the spread of those runs.
+bool three_ring_pays_off(const cuda::decode::DecodeArgs& args, int chosen) {
+  using namespace cuda::decode;
+  constexpr int kMinWarpBlocks = 16;
+  const RingWave three = ring_wave(args, kLoopRingThree);
+  if (!three.fills_one_wave() || ring_wave(args, chosen).fills_one_wave()) return false;
+  const int64_t blocks = (static_cast<int64_t>(args.p.fwd.seqlen_k) + kChunk - 1) / kChunk;
+  return blocks >= int64_t{kMinWarpBlocks} * kWarps * three.splits;
+}
+
+// The TMA loop's ring for a call (decode_shape.h's kLoopRing, kLoopWideRing, kLoopRingThree).
+int ring_chosen(const cuda::decode::DecodeArgs& args, RingChoice choice) {
+  using namespace cuda::decode;
+  if (args.p.fwd.head_dim != 128) return kLoopRing;
+  const bool three_fits = args.rows <= kRows / 2;
+  switch (choice) {
+    case kRingNarrow: return kLoopRing;
+    case kRingWide: return kLoopWideRing;
+    case kRingThree: return three_fits ? kLoopRingThree : kLoopRing;
+    default: {
+      const int chosen = wide_ring_pays_off(args) ? kLoopWideRing : kLoopRing;
+      return three_fits && three_ring_pays_off(args, chosen) ? kLoopRingThree : chosen;
+    }
+  }
 }
 
 bool setup_tma(cuda::decode::DecodeArgs& args, RingChoice ring) {
@@ -119,8 +162,8 @@ bool setup_tma(cuda::decode::DecodeArgs& args, RingChoice ring) {
   const CUtensorMapDataType dtype =
       f.dtype == TILEATTN_FLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   // A block starts at a multiple of its size, so boxes of gcd(block, page) keys stay inside a page.
-  args.wide_ring = wide_ring_chosen(args, ring);
-  const int block = cuda::decode::tma_block_keys(f.head_dim, args.wide_ring);
+  args.ring = static_cast<unsigned char>(ring_chosen(args, ring));
+  const int block = cuda::decode::tma_block_keys(f.head_dim, args.ring == cuda::decode::kLoopWideRing);
   args.tma_box_keys = paged ? std::gcd(block, static_cast<int>(p.page_size)) : block;
   return encode_cache_map(&args.tma_k, f.k, dtype, f.head_dim, f.num_heads_k, rows, units, f.k_head_stride,
                           f.k_row_stride, f.k_batch_stride, args.tma_box_keys) &&
@@ -158,7 +201,7 @@ int64_t cuda_kvcache_workspace_size(const KvCacheParams& p) {
   require_grid_fits(f);
   decode::DecodeArgs args = shape_args(p);
   args.tma = tma_possible(p);
-  args.wide_ring = args.tma && wide_ring_chosen(args, ring);
+  args.ring = static_cast<unsigned char>(args.tma ? ring_chosen(args, ring) : decode::kLoopRing);
   if (f.dtype == TILEATTN_FLOAT16) return decode::workspace_bytes<__half>(args);
   if (f.dtype == TILEATTN_BFLOAT16) return decode::workspace_bytes<__nv_bfloat16>(args);
   throw Error(ErrorCode::kDtype, "q", "the CUDA backend takes float16 or bfloat16");

@@ -18,7 +18,9 @@ struct DecodeArgs {
   // (cuda_decode.cu says when).
   CUtensorMap tma_k, tma_v;
   bool tma;
-  bool wide_ring;    // with `tma`: the ring of 32-key blocks at d128, one CTA an SM (cuda_decode.cu)
+  // With `tma`: kLoopRing, kLoopWideRing or kLoopRingThree (cuda_decode.cu's ring_chosen); one byte,
+  // so the fields after it keep their offsets in the kernels' parameter block.
+  unsigned char ring;
   int tma_box_keys;  // keys a TMA box covers: the block, or gcd(block, page size) for paged caches
   tileattn_kvcache_params p;  // validated by src/api, softmax_scale resolved
   int group;                  // H / Hk: query heads per KV head

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -25,15 +26,24 @@
 
 namespace tileattn::cuda::decode {
 
-// The TMA ring of the split kernel's loop kTma (kLoopRing or kLoopWideRing).
+// The TMA ring of the split kernel's loop kTma (kLoopRing, kLoopWideRing or kLoopRingThree).
 template <typename T, int kD, int kTma>
-using LoopRing = TmaRing<T, kD, kTma == kLoopWideRing>;
+using LoopRing = TmaRing<T, kD, kTma>;
 
-// Dynamic shared memory of the split kernel: the TMA ring, or none.
+// Dynamic shared memory of the split kernel: the TMA ring, or none.  + 1023: the kernel aligns
+// the ring's base to 1024 bytes (the 128-byte swizzle's period).  The ring's members, not its
+// sizeof (960 bytes of tail padding after `full`): three CTAs an SM (kLoopRingThree) then take
+// 3 x (66,623 + 9,072 static + 1,024 reserved) = 230,157 of the H200's 233,472 bytes, where
+// sizeof + 1024 would leave under 400 to spare.
 template <typename T, int kD, int kTma>
 constexpr int split_dynamic_smem() {
-  // + 1024: the kernel aligns the base
-  return kTma != kLoopRegisters ? static_cast<int>(sizeof(LoopRing<T, kD, kTma>)) + 1024 : 0;
+  if constexpr (kTma == kLoopRegisters) {
+    return 0;
+  } else {
+    using Ring = LoopRing<T, kD, kTma>;
+    static_assert(offsetof(Ring, full) + sizeof(Ring::full) == Ring::kUsedBytes, "k, v and full back to back");
+    return Ring::kUsedBytes + 1023;
+  }
 }
 
 // Resident CTAs of the split kernel over all SMs, which the split heuristic fills (counted on the
@@ -223,6 +233,20 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
                       "decode combine kernel launch");
 }
 
+// fn(std::integral_constant<int, kLoop>{}) for the TMA ring args.ring names where the bucket
+// <kD, kHalves> builds it: the wide ring at d128, the three-CTA ring at d128 with at most 8 rows;
+// else the narrow ring.
+template <int kD, int kHalves, typename Fn>
+decltype(auto) with_ring(const DecodeArgs& args, Fn&& fn) {
+  if constexpr (kD == 128) {
+    if (args.ring == kLoopWideRing) return fn(std::integral_constant<int, kLoopWideRing>{});
+    if constexpr (kHalves == 1) {
+      if (args.ring == kLoopRingThree) return fn(std::integral_constant<int, kLoopRingThree>{});
+    }
+  }
+  return fn(std::integral_constant<int, kLoopRing>{});
+}
+
 // The most workspace a call can need: over the register kernel and, when args.tma says the call
 // may take it (the pointers decide at launch), the TMA kernels of its ring, whose split count can
 // differ.
@@ -239,12 +263,7 @@ int64_t workspace_bytes(const DecodeArgs& args) {
                        split_plan<T, B::kD, B::kHalves, kLoop, true, true>(args).splits});
     };
     if (args.tma && args.p.fwd.head_dim == B::kD) {
-      if constexpr (B::kD == 128) {
-        splits = std::max(splits, args.wide_ring ? ring_splits(std::integral_constant<int, kLoopWideRing>{})
-                                                 : ring_splits(std::integral_constant<int, kLoopRing>{}));
-      } else {
-        splits = std::max(splits, ring_splits(std::integral_constant<int, kLoopRing>{}));
-      }
+      with_ring<B::kD, B::kHalves>(args, [&](auto loop) { splits = std::max(splits, ring_splits(loop)); });
     }
     return partial_layout(splits, args.p.fwd).bytes;
   });
@@ -278,40 +297,47 @@ void run_decode(DecodeArgs args, cudaStream_t stream) {
   with_bucket(args, [&](auto bucket) {
     using B = decltype(bucket);
     if (args.tma && args.p.fwd.head_dim == B::kD) {
-      if constexpr (B::kD == 128) {
-        if (args.wide_ring) return launch_ring<T, B::kD, B::kHalves, kLoopWideRing>(args, stream);
-      }
-      launch_ring<T, B::kD, B::kHalves, kLoopRing>(args, stream);
+      with_ring<B::kD, B::kHalves>(
+          args, [&](auto loop) { launch_ring<T, B::kD, B::kHalves, decltype(loop)::value>(args, stream); });
     } else {
       launch_decode<T, B::kD, B::kHalves, kLoopRegisters, false, false>(args, stream);
     }
   });
 }
 
-// The CTAs of the wide-ring kernel's plan (the kernel launch_ring would take: a paged call reaches
-// here only with pages of whole 32-key blocks) against one CTA on every SM.  A first version counted
-// a cluster plan against the clusters' own residency (cudaOccupancyMaxActiveClusters, a few CTAs
-// fewer in clusters of 3-8) and measured the same within 1% (session 45; batch 8 from 6k +1%); this
-// count needs no cluster query and names the cost the rule is about, a whole second wave.
+// The plan of ring `loop`'s kernel at d128 (the kernel launch_ring would take: the caller passes
+// a paged call only with pages of whole blocks of that ring) and the CTAs an SM it runs: the
+// resident count over all SMs, as the heuristic fills it.  A cluster plan counts against the same
+// resident count: a first version of the wide ring's rule counted clusters against their own
+// residency (cudaOccupancyMaxActiveClusters, a few CTAs fewer in clusters of 3-8) and measured the
+// same within 1% (session 45).  {0, 0, 0} for the three-CTA ring with more than 8 rows a CTA.
 template <typename T>
-bool wide_ring_runs_one_wave(const DecodeArgs& args) {
+RingWave ring_wave(const DecodeArgs& args, int loop) {
   return with_bucket(args, [&](auto bucket) {
     using B = decltype(bucket);
-    if constexpr (B::kD != 128) {
-      return false;
-    } else {
-      return with_ring_kernel_flags(args, args.p.block_table != nullptr, [&](auto kPages, auto kNewToken) {
-        constexpr bool kP = decltype(kPages)::value, kN = decltype(kNewToken)::value;
-        const SplitPlan plan = split_plan<T, 128, B::kHalves, kLoopWideRing, kP, kN>(args);
-        return split_ctas(args) * plan.splits <= prepare_split_kernel<T, 128, B::kHalves, kLoopWideRing, kP, kN>();
-      });
-    }
+    return with_ring_kernel_flags(args, args.p.block_table != nullptr, [&](auto kPages, auto kNewToken) {
+      constexpr bool kP = decltype(kPages)::value, kN = decltype(kNewToken)::value;
+      const auto wave = [&](auto ring) {
+        constexpr int kLoop = decltype(ring)::value;
+        const SplitPlan plan = split_plan<T, B::kD, B::kHalves, kLoop, kP, kN>(args);
+        return RingWave{split_ctas(args) * plan.splits, plan.splits,
+                        prepare_split_kernel<T, B::kD, B::kHalves, kLoop, kP, kN>()};
+      };
+      if constexpr (B::kD == 128) {
+        if (loop == kLoopWideRing) return wave(std::integral_constant<int, kLoopWideRing>{});
+        if (loop == kLoopRingThree) {
+          if constexpr (B::kHalves == 1) return wave(std::integral_constant<int, kLoopRingThree>{});
+          return RingWave{0, 0, 0};
+        }
+      }
+      return wave(std::integral_constant<int, kLoopRing>{});
+    });
   });
 }
 
-#define TILEATTN_INSTANTIATE_DECODE(T)                          \
-  template void run_decode<T>(DecodeArgs, cudaStream_t);       \
-  template int64_t workspace_bytes<T>(const DecodeArgs&);      \
-  template bool wide_ring_runs_one_wave<T>(const DecodeArgs&);
+#define TILEATTN_INSTANTIATE_DECODE(T)                    \
+  template void run_decode<T>(DecodeArgs, cudaStream_t); \
+  template int64_t workspace_bytes<T>(const DecodeArgs&); \
+  template RingWave ring_wave<T>(const DecodeArgs&, int);
 
 }  // namespace tileattn::cuda::decode

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/decode/decode_args.h"
+#include "cuda/decode/split_heuristic.h"  // RingWave
 
 namespace tileattn::cuda::decode {
 
@@ -20,10 +21,9 @@ void run_decode(DecodeArgs args, cudaStream_t stream);
 template <typename T>
 int64_t workspace_bytes(const DecodeArgs& args);
 
-// Whether the wide ring's split plan for these args (d128) runs all its CTAs in one wave, one CTA
-// an SM: where it does not, the split kernel's CTAs wait for a second wave that two narrow CTAs an
-// SM would have run beside the first (cuda_decode.cu, wide_ring_chosen).
+// The plan of the TMA loop `loop` (kLoopRing, kLoopWideRing, kLoopRingThree) for these args
+// (the wide and three-CTA rings at d128 only).
 template <typename T>
-bool wide_ring_runs_one_wave(const DecodeArgs& args);
+RingWave ring_wave(const DecodeArgs& args, int loop);
 
 }  // namespace tileattn::cuda::decode

@@ -22,10 +22,12 @@ constexpr int kMaxSplits = 128;
 constexpr int kMaxClusterSplits = 8;
 
 // The split kernel's streaming loops (its kTma parameter): K/V straight into registers, a TMA ring,
-// or the TMA ring of twice the keys a block (d128 only).
+// the TMA ring of twice the keys a block (d128 only), or the TMA ring at three CTAs an SM (d128, at
+// most 8 query rows a CTA: its static shared memory trimmed to those rows, tma_block_loop.cuh).
 constexpr int kLoopRegisters = 0;
 constexpr int kLoopRing = 1;
 constexpr int kLoopWideRing = 2;
+constexpr int kLoopRingThree = 3;
 
 // Keys a warp's TMA block holds (tma_block_loop.cuh): 4 KB of K and 4 KB of V up to d128 (d64 32
 // keys, d128 16), 16 keys (8 KB each) at d256; 16 is the k of P V's m16n8k16.  The wide ring's

@@ -88,6 +88,16 @@ inline SplitPlan choose_split_plan(int requested, int64_t ctas, int resident, co
   return best;
 }
 
+// A TMA ring's split plan for a call and the CTAs the device runs at once with it, which
+// cuda_decode.cu's ring choice compares.
+struct RingWave {
+  int64_t ctas;  // the plan's CTAs: split_ctas x splits
+  int splits;
+  int resident;  // CTAs resident over all SMs
+  // Whether the plan's CTAs fill at least 90% of one wave and need no second.
+  bool fills_one_wave() const { return ctas <= resident && 10 * ctas >= 9 * static_cast<int64_t>(resident); }
+};
+
 // The split count alone, for a loop without the cluster merge.
 inline int choose_num_splits(int requested, int64_t ctas, int resident, int seqlen_k, int step) {
   return choose_split_plan(requested, ctas, resident, nullptr, seqlen_k, step).splits;

@@ -15,6 +15,7 @@
 #include <math_constants.h>
 
 #include <climits>
+#include <type_traits>
 
 #include "cuda/decode/append_kernel.cuh"
 #include "cuda/decode/cluster_merge.cuh"
@@ -29,31 +30,37 @@ namespace tileattn::cuda::decode {
 // The warps' O merge in two halves (warps 0 + 2 into o[0], 1 + 3 into o[1]): two CTA barriers
 // instead of one per warp, in a fixed order.  split_weight: the cluster merge's weight of each
 // split's O (cluster_merge.cuh).  42 KB at D = 256, under the 48 KB of static shared memory.
-template <int kD>
+// kSmemRows: the rows it holds (8 for the three-CTA ring, whose CTAs have at most 8: 9.1 KB at
+// d128 instead of 21.7, so that three rings fit an SM, tma_block_loop.cuh); kQFrag: the register
+// loop's Q fragments, which the TMA loops do not use (the other loops keep their layout as it was).
+struct NoQFrag {};
+template <int kD, int kSmemRows = kRows, bool kQFrag = true>
 struct SplitSmem {
-  uint4 q_frag[kD / 16][32];    // Q as mma A fragments: [k16 step][lane]
-  float o[2][kRows][kD + 4];    // o[0]: first the rotated Q rows in float; then the merged halves
-  float m[kWarps][kRows], l[kWarps][kRows];
-  float row_max[kRows], row_sum[kRows], row_scale[kRows];
-  float split_weight[kMaxClusterSplits][kRows];
-  bool row_poisoned[kRows];
+  std::conditional_t<kQFrag, uint4[kD / 16][32], NoQFrag> q_frag;  // Q as mma A fragments: [k16 step][lane]
+  // o[0]: first the rotated Q rows in float; then the merged halves.  16-byte aligned for the float4
+  // and staged-row reads (q_frag, when there, put it there already).
+  alignas(16) float o[2][kSmemRows][kD + 4];
+  float m[kWarps][kSmemRows], l[kWarps][kSmemRows];
+  float row_max[kSmemRows], row_sum[kSmemRows], row_scale[kSmemRows];
+  float split_weight[kMaxClusterSplits][kSmemRows];
+  bool row_poisoned[kSmemRows];
 };
 
 // CTAs an SM the split kernel is built for (__launch_bounds__): its TMA ring's, or the register
 // loop's three (one at d256).
 template <typename T, int kD, int kTma>
 constexpr int split_ctas_per_sm() {
-  if constexpr (kTma != kLoopRegisters) return TmaRing<T, kD, kTma == kLoopWideRing>::kCtasPerSm;
+  if constexpr (kTma != kLoopRegisters) return TmaRing<T, kD, kTma>::kCtasPerSm;
   return kD <= 128 ? 3 : 1;
 }
 
 // kHalves = 1 when a CTA has at most 8 query rows (GQA groups up to 8 with one new token: every
 // group of the issue's 32 / 8 heads): the m16 tiles' rows 8..15 are padding, and dropping their
 // accumulators (O, S, the row statistics) frees 36 registers a thread at D = 128.
-// kTma (kLoopRegisters, kLoopRing, kLoopWideRing): K and V arrive in shared memory by TMA, blocks of
-// TmaRing::kKeys keys requested before the Q setup and kept TmaRing::kStages blocks ahead of each
-// warp's math (tma_block_loop.cuh, TmaRing::kCtasPerSm CTAs an SM; the wide ring's blocks are twice
-// as long); without it they go from global memory straight into registers, one 16-key chunk per
+// kTma (kLoopRegisters, kLoopRing, kLoopWideRing, kLoopRingThree): K and V arrive in shared memory
+// by TMA, blocks of TmaRing::kKeys keys requested before the Q setup and kept TmaRing::kStages
+// blocks ahead of each warp's math (tma_block_loop.cuh, TmaRing::kCtasPerSm CTAs an SM; the wide
+// ring's blocks are twice as long); without it they go from global memory straight into registers, one 16-key chunk per
 // warp at a time (3 CTAs an SM at d <= 128).  kPages (with kTma): a paged cache whose pages hold
 // whole blocks, whose pages are read ahead (PageWindow, tma_block_loop.cuh).
 template <typename T, int kD, int kHalves, int kTma, bool kPages = false, bool kNewToken = false>
@@ -62,11 +69,13 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   static_assert(kD % 64 == 0, "V vectors cover 64 dims per 8 lanes");
   static_assert(kHalves == 1 || kHalves == 2, "rows g, or rows g and g + 8");
   constexpr int kC = 2 * kHalves;  // accumulator floats per m16n8 tile a thread keeps
-  __shared__ SplitSmem<kD> sm;
-  using Ring = TmaRing<T, kD, kTma == kLoopWideRing>;
+  static_assert(kTma != kLoopRingThree || (kHalves == 1 && kD == 128), "three CTAs an SM: d128, at most 8 rows");
+  constexpr int kSmemRows = kTma == kLoopRingThree ? kRows / 2 : kRows;
+  __shared__ SplitSmem<kD, kSmemRows, kTma != kLoopRingThree> sm;
+  using Ring = TmaRing<T, kD, kTma>;
   Ring* ring = nullptr;
   if constexpr (kTma != kLoopRegisters) {
-    extern __shared__ unsigned char tma_smem[];  // sizeof(Ring) + 1024: the 128-byte swizzle needs 1024-byte alignment
+    extern __shared__ unsigned char tma_smem[];  // Ring::kUsedBytes + 1023: the 128-byte swizzle needs 1024-byte alignment
     ring = reinterpret_cast<Ring*>((reinterpret_cast<uintptr_t>(tma_smem) + 1023) & ~static_cast<uintptr_t>(1023));
   }
   const tileattn_kvcache_params& p = args.p;
@@ -198,8 +207,10 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   for (int k = 0; k < kQVectors; ++k) {
     const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
     const T* x = reinterpret_cast<const T*>(&q_vec[k]);
+    if (kSmemRows == kRows || r < kSmemRows) {  // rows past kSmemRows are padding (kHalves = 1)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sm.o[0][r][d0 + i] = to_float(x[i]);
+      for (int i = 0; i < 8; ++i) sm.o[0][r][d0 + i] = to_float(x[i]);
+    }
   }
   __syncthreads();
   if (p.rotary_cos != nullptr && seq.ok) {
@@ -251,14 +262,20 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
     l[k] += __shfl_xor_sync(0xffffffffu, l[k], 1);
     l[k] += __shfl_xor_sync(0xffffffffu, l[k], 2);
   }
+  // Rows g + 8 only where the shared memory keeps them (the three-CTA ring's CTAs have 8 rows).
+  constexpr int kRowHalves = kSmemRows / 8;
   if (t == 0) {
-    sm.m[warp][g] = m[0], sm.m[warp][g + 8] = m[1];
-    sm.l[warp][g] = l[0], sm.l[warp][g + 8] = l[1];
+    if constexpr (kRowHalves == 2) {
+      sm.m[warp][g] = m[0], sm.m[warp][g + 8] = m[1];
+      sm.l[warp][g] = l[0], sm.l[warp][g + 8] = l[1];
+    } else {
+      sm.m[warp][g] = m[0], sm.l[warp][g] = l[0];
+    }
   }
   __syncthreads();
-  float own_scale[2];
+  float own_scale[2];  // [1] unread with one row half (kC = 2)
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < kRowHalves; ++k) {
     const int r = g + 8 * k;
     float row_m = -CUDART_INF_F;
     for (int w = 0; w < kWarps; ++w) row_m = fmaxf(row_m, sm.m[w][r]);

@@ -23,13 +23,18 @@
 
 namespace tileattn::cuda::decode {
 
-// kWide (d128 only, `wide_ring_chosen` in cuda_decode.cu): blocks of twice the keys, 16 KB of K and V
+// kLoop == kLoopWideRing (d128 only, `ring_chosen` in cuda_decode.cu): blocks of twice the keys, 16 KB of K and V
 // a stage, 128 KB a CTA and one CTA an SM.  A warp's copies into shared memory arrive about one
 // block at a time whatever their size (bench/gpu/sm_intake.cu), so 16 KB steps stream a CTA faster
 // where one CTA an SM has the SM alone: the grids of at most one CTA an SM (12 x 2k +7% in session
 // 39's branch, 24-64 x 2k -3 to -5%, where two CTAs an SM overlap each other's fixed costs).
-template <typename T, int kD, bool kWide = false>
+// kLoop == kLoopRingThree (d128, at most 8 query rows): the narrow ring at three CTAs an SM, for
+// grids that two CTAs an SM would leave uneven (cuda_decode.cu says which).  Three 64 KB rings fit
+// the SM's 228 KB only beside a static part trimmed to 8 rows (split_kernel.cuh's SplitSmem) and
+// with the dynamic part sized by kUsedBytes rather than sizeof (split_dynamic_smem).
+template <typename T, int kD, int kLoop = kLoopRing>
 struct TmaRing {
+  static constexpr bool kWide = kLoop == kLoopWideRing;
   using Elem = T;
   static constexpr int kDim = kD;
   static constexpr int kKeys = tma_block_keys(kD, kWide);  // d64 32, d128 16 (wide 32), d256 16 keys
@@ -37,13 +42,16 @@ struct TmaRing {
   // end overlap the other's streaming: +2-7% over one CTA with 3 stages of twice the keys,
   // perf log); d256 and the wide ring: 128 KB, one CTA.
   static constexpr int kStages = 2;
-  static constexpr int kCtasPerSm = kD <= 128 && !kWide ? 2 : 1;
+  static constexpr int kCtasPerSm = kLoop == kLoopRingThree ? 3 : kD <= 128 && !kWide ? 2 : 1;
   static constexpr int kSlabs = kD / 64;
   static constexpr int kSlabBytes = kKeys * 128;
   static constexpr int kTileBytes = kSlabs * kSlabBytes;
   alignas(1024) unsigned char k[kWarps][kStages][kTileBytes];
   alignas(1024) unsigned char v[kWarps][kStages][kTileBytes];
   uint64_t full[kWarps][kStages];
+  // The bytes the members span (k, v and full back to back: kTileBytes is a multiple of 1024);
+  // sizeof adds up to 1 KB of tail padding for the alignment, which nothing reads.
+  static constexpr int kUsedBytes = 2 * kWarps * kStages * kTileBytes + kWarps * kStages * 8;
 };
 
 // The page (or cache entry) of cache position pos, and whether it is a page that exists.
