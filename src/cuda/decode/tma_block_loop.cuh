@@ -23,15 +23,17 @@
 
 namespace tileattn::cuda::decode {
 
-// kLoop == kLoopWideRing (d128 only, `ring_chosen` in cuda_decode.cu): blocks of twice the keys, 16 KB of K and V
-// a stage, 128 KB a CTA and one CTA an SM.  A warp's copies into shared memory arrive about one
-// block at a time whatever their size (bench/gpu/sm_intake.cu), so 16 KB steps stream a CTA faster
-// where one CTA an SM has the SM alone: the grids of at most one CTA an SM (12 x 2k +7% in session
-// 39's branch, 24-64 x 2k -3 to -5%, where two CTAs an SM overlap each other's fixed costs).
+// kLoop == kLoopWideRing (d128 only, `ring_chosen` in cuda_decode.cu): blocks of twice the keys,
+// 16 KB of K and V a stage, 128 KB a CTA and one CTA an SM.  A warp's copies into shared memory
+// arrive about one block at a time whatever their size (bench/gpu/sm_intake.cu), so 16 KB steps
+// stream a CTA faster where one CTA an SM has the SM alone: the grids of at most one CTA an SM (12 x
+// 2k +7% in session 39's branch, 24-64 x 2k -3 to -5%, where two CTAs an SM overlap each other's
+// fixed costs).
 // kLoop == kLoopRingThree (d128, at most 8 query rows): the narrow ring at three CTAs an SM, for
 // grids that two CTAs an SM would leave uneven (cuda_decode.cu says which).  Three 64 KB rings fit
-// the SM's 228 KB only beside a static part trimmed to 8 rows (split_kernel.cuh's SplitSmem) and
-// with the dynamic part sized by kUsedBytes rather than sizeof (split_dynamic_smem).
+// the SM's 228 KB only beside a static part trimmed to 8 rows (split_kernel.cuh's SplitSmem: 9.1
+// KB instead of 21.7); the dynamic part, sized by kUsedBytes rather than sizeof
+// (split_dynamic_smem), then leaves ~3 KB an SM to spare instead of ~0.4.
 template <typename T, int kD, int kLoop = kLoopRing>
 struct TmaRing {
   static constexpr bool kWide = kLoop == kLoopWideRing;
