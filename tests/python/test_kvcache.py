@@ -236,12 +236,14 @@ def test_cluster_merge_matches_combine_bits(splits, page_size, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the TMA rings are a CUDA path")
 @pytest.mark.parametrize("ring", ["narrow", "wide", "three"])
 @pytest.mark.parametrize("page_size, seqlen_new, splits", [(0, 0, 0), (0, 1, 0), (16, 1, 0), (64, 3, 0),
-                                                           (32, 0, 0), (0, 1, 3)])
+                                                           (32, 0, 0), (0, 1, 3), (0, 2, 0), (16, 2, 3)])
 def test_tma_rings(ring, page_size, seqlen_new, splits, monkeypatch):
     """The three TMA rings at d128 (TILEATTN_DECODE_RING forces one; on a GPU without TMA the register
     loop serves each): the wide ring's 32-key blocks over pages of 16 come as two boxes, and a
-    block can hold the new token, the last visible key and positions past it.  Ragged lengths, an
-    empty cache, NaN in every slot a sequence does not own."""
+    block can hold the new token, the last visible key and positions past it.  Two new tokens give
+    a CTA 8 rows, the most the three-CTA ring keeps in shared memory (three new tokens, 12 rows,
+    take the narrow ring).  Ragged lengths, an empty cache, NaN in every slot a sequence does not
+    own."""
     monkeypatch.setenv("TILEATTN_DECODE_FAMILY", "sm90")
     monkeypatch.setenv("TILEATTN_DECODE_RING", ring)
     opts = dict(DEFAULTS, page_size=page_size, dim=128, heads=32, heads_k=8, splits=splits,
