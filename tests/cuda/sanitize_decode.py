@@ -1,6 +1,6 @@
 """A few small decode calls on CUDA for compute-sanitizer (memcheck): contiguous and paged caches
 (pages of 16, 32 and 256), appends with rotary, splits, 21 rows per KV group, head dims 20 (element
-loads), 72, 128 (either TMA ring, TILEATTN_DECODE_RING) and 256, an out-of-range page index and an
+loads), 72, 128 (each TMA ring, TILEATTN_DECODE_RING) and 256, an out-of-range page index and an
 overflowing cache_seqlens (both must stay in bounds).  The caches are exactly as large as the
 shapes say, so any stray read shows.
 
