@@ -76,7 +76,7 @@ TEST(SplitHeuristic, WideRingCounts) {
 }
 
 // Grids that fit one CTA an SM unsplit but whose wide-ring plan takes a second wave: there the
-// wide ring lost 1-30% to the narrow one on the H200, so cuda_decode.cu's wide_ring_pays_off gives
+// wide ring lost 1-30% to the narrow one on the H200, so cuda_decode.cu's ring_chosen gives
 // them the narrow ring (session 45).  10 x 8 KV heads x 2k: 3 splits, 240 CTAs on 132 SMs; 12 x 4k:
 // 4 splits.  The grids it keeps fit: 12 x 2k (96), 16 x 8k (128), 8 x 2k (2 splits, 128).
 TEST(SplitHeuristic, WideRingPlansThatTakeASecondWave) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "api/backends.h"
@@ -104,13 +105,12 @@ cuda::decode::RingWave ring_wave(const cuda::decode::DecodeArgs& args, int loop)
                                               : cuda::decode::ring_wave<__nv_bfloat16>(args, loop);
 }
 
-bool wide_ring_pays_off(const cuda::decode::DecodeArgs& args) {
-  using namespace cuda::decode;
+// Whether the wide ring may serve the call at all: a contiguous cache or pages of whole 32-key
+// blocks, and an unsplit grid of at most one CTA an SM.
+bool wide_ring_possible(const cuda::decode::DecodeArgs& args) {
   const tileattn_kvcache_params& p = args.p;
-  if (p.block_table != nullptr && p.page_size % tma_block_keys(128, true) != 0) return false;
-  if (split_ctas(args) > cuda::sm_count()) return false;
-  const RingWave wide = ring_wave(args, kLoopWideRing);
-  return wide.ctas <= wide.resident;
+  if (p.block_table != nullptr && p.page_size % cuda::decode::tma_block_keys(128, true) != 0) return false;
+  return cuda::decode::split_ctas(args) <= cuda::sm_count();
 }
 
 // The narrow ring at three CTAs an SM (at most 8 rows a CTA) under TILEATTN_DECODE_RING=auto:
@@ -126,11 +126,12 @@ bool wide_ring_pays_off(const cuda::decode::DecodeArgs& args) {
 // runs a side (bench/results/h200-decode-three-ctas-ab-2026-12-04.txt): 24 x 2k +16% (0.88 -> 1.02 of
 // cuDNN), 48 x 2k +12%, 12 x 4k +7%, 24 x 4k +8%, the other rule-taken points +2-5%; the points it
 // leaves alone (identical kernels) read +0.4 to +3.5%, the spread of those runs.
-bool three_ring_pays_off(const cuda::decode::DecodeArgs& args, int chosen) {
+bool three_ring_pays_off(const cuda::decode::DecodeArgs& args, const cuda::decode::RingWave& chosen) {
   using namespace cuda::decode;
   constexpr int kMinWarpBlocks = 16;
+  if (chosen.fills_one_wave()) return false;
   const RingWave three = ring_wave(args, kLoopRingThree);
-  if (!three.fills_one_wave() || ring_wave(args, chosen).fills_one_wave()) return false;
+  if (!three.fills_one_wave()) return false;
   const int64_t blocks = (static_cast<int64_t>(args.p.fwd.seqlen_k) + kChunk - 1) / kChunk;
   return blocks >= int64_t{kMinWarpBlocks} * kWarps * three.splits;
 }
@@ -145,8 +146,13 @@ int ring_chosen(const cuda::decode::DecodeArgs& args, RingChoice choice) {
     case kRingWide: return kLoopWideRing;
     case kRingThree: return three_fits ? kLoopRingThree : kLoopRing;
     default: {
-      const int chosen = wide_ring_pays_off(args) ? kLoopWideRing : kLoopRing;
-      return three_fits && three_ring_pays_off(args, chosen) ? kLoopRingThree : chosen;
+      // The wide ring where its plan runs in one wave, one CTA an SM; each plan computed once.
+      std::optional<RingWave> wide;
+      if (wide_ring_possible(args)) wide = ring_wave(args, kLoopWideRing);
+      const bool take_wide = wide && wide->ctas <= wide->resident;
+      const int chosen = take_wide ? kLoopWideRing : kLoopRing;
+      if (!three_fits) return chosen;
+      return three_ring_pays_off(args, take_wide ? *wide : ring_wave(args, kLoopRing)) ? kLoopRingThree : chosen;
     }
   }
 }

@@ -233,15 +233,15 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
                       "decode combine kernel launch");
 }
 
-// fn(std::integral_constant<int, kLoop>{}) for the TMA ring args.ring names where the bucket
+// fn(std::integral_constant<int, kLoop>{}) for the TMA ring `ring` names where the bucket
 // <kD, kHalves> builds it: the wide ring at d128, the three-CTA ring at d128 with at most 8 rows;
 // else the narrow ring.
 template <int kD, int kHalves, typename Fn>
-decltype(auto) with_ring(const DecodeArgs& args, Fn&& fn) {
+decltype(auto) with_ring(int ring, Fn&& fn) {
   if constexpr (kD == 128) {
-    if (args.ring == kLoopWideRing) return fn(std::integral_constant<int, kLoopWideRing>{});
+    if (ring == kLoopWideRing) return fn(std::integral_constant<int, kLoopWideRing>{});
     if constexpr (kHalves == 1) {
-      if (args.ring == kLoopRingThree) return fn(std::integral_constant<int, kLoopRingThree>{});
+      if (ring == kLoopRingThree) return fn(std::integral_constant<int, kLoopRingThree>{});
     }
   }
   return fn(std::integral_constant<int, kLoopRing>{});
@@ -263,17 +263,12 @@ int64_t workspace_bytes(const DecodeArgs& args) {
                        split_plan<T, B::kD, B::kHalves, kLoop, true, true>(args).splits});
     };
     if (args.tma && args.p.fwd.head_dim == B::kD) {
-      with_ring<B::kD, B::kHalves>(args, [&](auto loop) { splits = std::max(splits, ring_splits(loop)); });
+      with_ring<B::kD, B::kHalves>(args.ring, [&](auto loop) { splits = std::max(splits, ring_splits(loop)); });
     }
     return partial_layout(splits, args.p.fwd).bytes;
   });
 }
 
-// The TMA kernel of the call's ring when the caller set it up (cuda_decode.cu) for exactly this
-// head dim (the tensor map's box is kD wide), with the page window when each block lies in one page
-// and appending the call's new token itself when there is exactly one (one token a sequence a
-// step: a serving step; 1 x 2k +12%, perf log, session 30); else the register kernel, after the
-// append kernel.  The wide ring is built at d128 only.
 // fn(std::bool_constant<kPages>{}, std::bool_constant<kNewToken>{}) for a TMA ring's call: the page
 // window when `pages` (each block lies in one page), the split kernel's own append when the call
 // brings exactly one new token.
@@ -284,6 +279,11 @@ decltype(auto) with_ring_kernel_flags(const DecodeArgs& args, bool pages, Fn&& f
   return new_token ? fn(std::false_type{}, std::true_type{}) : fn(std::false_type{}, std::false_type{});
 }
 
+// The TMA kernel of the call's ring when the caller set it up (cuda_decode.cu) for exactly this
+// head dim (the tensor map's box is kD wide), with the page window when each block lies in one page
+// and appending the call's new token itself when there is exactly one (one token a sequence a
+// step: a serving step; 1 x 2k +12%, perf log, session 30); else the register kernel, after the
+// append kernel.  The wide and three-CTA rings are built at d128 only.
 template <typename T, int kD, int kHalves, int kLoop>
 void launch_ring(const DecodeArgs& args, cudaStream_t stream) {
   const bool pages = args.p.block_table != nullptr && args.tma_box_keys == LoopRing<T, kD, kLoop>::kKeys;
@@ -298,7 +298,7 @@ void run_decode(DecodeArgs args, cudaStream_t stream) {
     using B = decltype(bucket);
     if (args.tma && args.p.fwd.head_dim == B::kD) {
       with_ring<B::kD, B::kHalves>(
-          args, [&](auto loop) { launch_ring<T, B::kD, B::kHalves, decltype(loop)::value>(args, stream); });
+          args.ring, [&](auto loop) { launch_ring<T, B::kD, B::kHalves, decltype(loop)::value>(args, stream); });
     } else {
       launch_decode<T, B::kD, B::kHalves, kLoopRegisters, false, false>(args, stream);
     }
@@ -310,27 +310,20 @@ void run_decode(DecodeArgs args, cudaStream_t stream) {
 // resident count over all SMs, as the heuristic fills it.  A cluster plan counts against the same
 // resident count: a first version of the wide ring's rule counted clusters against their own
 // residency (cudaOccupancyMaxActiveClusters, a few CTAs fewer in clusters of 3-8) and measured the
-// same within 1% (session 45).  {0, 0, 0} for the three-CTA ring with more than 8 rows a CTA.
+// same within 1% (session 45).  A ring the bucket does not build gives the narrow ring's plan, as
+// with_ring launches it.
 template <typename T>
 RingWave ring_wave(const DecodeArgs& args, int loop) {
   return with_bucket(args, [&](auto bucket) {
     using B = decltype(bucket);
     return with_ring_kernel_flags(args, args.p.block_table != nullptr, [&](auto kPages, auto kNewToken) {
       constexpr bool kP = decltype(kPages)::value, kN = decltype(kNewToken)::value;
-      const auto wave = [&](auto ring) {
+      return with_ring<B::kD, B::kHalves>(loop, [&](auto ring) {
         constexpr int kLoop = decltype(ring)::value;
         const SplitPlan plan = split_plan<T, B::kD, B::kHalves, kLoop, kP, kN>(args);
         return RingWave{split_ctas(args) * plan.splits, plan.splits,
                         prepare_split_kernel<T, B::kD, B::kHalves, kLoop, kP, kN>()};
-      };
-      if constexpr (B::kD == 128) {
-        if (loop == kLoopWideRing) return wave(std::integral_constant<int, kLoopWideRing>{});
-        if (loop == kLoopRingThree) {
-          if constexpr (B::kHalves == 1) return wave(std::integral_constant<int, kLoopRingThree>{});
-          return RingWave{0, 0, 0};
-        }
-      }
-      return wave(std::integral_constant<int, kLoopRing>{});
+      });
     });
   });
 }

@@ -22,7 +22,7 @@ template <typename T>
 int64_t workspace_bytes(const DecodeArgs& args);
 
 // The plan of the TMA loop `loop` (kLoopRing, kLoopWideRing, kLoopRingThree) for these args
-// (the wide and three-CTA rings at d128 only).
+// (the wide and three-CTA rings at d128 only; elsewhere the narrow ring's).
 template <typename T>
 RingWave ring_wave(const DecodeArgs& args, int loop);
 

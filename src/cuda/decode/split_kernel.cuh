@@ -60,9 +60,9 @@ constexpr int split_ctas_per_sm() {
 // kTma (kLoopRegisters, kLoopRing, kLoopWideRing, kLoopRingThree): K and V arrive in shared memory
 // by TMA, blocks of TmaRing::kKeys keys requested before the Q setup and kept TmaRing::kStages
 // blocks ahead of each warp's math (tma_block_loop.cuh, TmaRing::kCtasPerSm CTAs an SM; the wide
-// ring's blocks are twice as long); without it they go from global memory straight into registers, one 16-key chunk per
-// warp at a time (3 CTAs an SM at d <= 128).  kPages (with kTma): a paged cache whose pages hold
-// whole blocks, whose pages are read ahead (PageWindow, tma_block_loop.cuh).
+// ring's blocks are twice as long); without it they go from global memory straight into registers,
+// one 16-key chunk per warp at a time (3 CTAs an SM at d <= 128).  kPages (with kTma): a paged
+// cache whose pages hold whole blocks, whose pages are read ahead (PageWindow, tma_block_loop.cuh).
 template <typename T, int kD, int kHalves, int kTma, bool kPages = false, bool kNewToken = false>
 __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
     split_kernel(const __grid_constant__ DecodeArgs args) {
