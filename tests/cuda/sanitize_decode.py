@@ -1,5 +1,5 @@
 """A few small decode calls on CUDA for compute-sanitizer (memcheck): contiguous and paged caches
-(pages of 16, 32 and 256), appends with rotary, splits, 21 rows per KV group, head dims 20 (element
+(pages of 16, 32, 48 and 256), appends with rotary, splits, 21 rows per KV group, head dims 20 (element
 loads), 72, 128 (each TMA ring, TILEATTN_DECODE_RING) and 256, an out-of-range page index and an
 overflowing cache_seqlens (both must stay in bounds).  The caches are exactly as large as the
 shapes say, so any stray read shows.
@@ -17,7 +17,10 @@ def run():
     for batch, heads, heads_k, dim, page, capacity, new, splits in [
             (3, 8, 2, 64, 0, 100, 1, 0), (2, 14, 2, 128, 16, 96, 3, 3), (2, 3, 1, 20, 256, 512, 2, 1),
             (2, 4, 4, 256, 16, 64, 1, 3), (3, 8, 1, 72, 0, 33, 2, 2), (3, 32, 8, 128, 0, 100, 1, 0),
-            (2, 32, 8, 128, 32, 96, 1, 0)]:
+            (2, 32, 8, 128, 32, 96, 1, 0),
+            # Long enough that a warp's page window moves on (32 boxes) with one split: two-box blocks
+            # (pages of 16 under d64's 32-key blocks and the wide ring's), blocks across pages of 48.
+            (2, 8, 2, 64, 16, 2304, 1, 1), (2, 32, 8, 128, 16, 2304, 1, 1), (2, 32, 8, 128, 48, 2304, 1, 1)]:
         entries = batch if page == 0 else batch * capacity // page
         rows = capacity if page == 0 else page
         k_cache = torch.randn(entries, rows, heads_k, dim, device=dev, dtype=dt)

@@ -254,6 +254,26 @@ def test_tma_rings(ring, page_size, seqlen_new, splits, monkeypatch):
     check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the TMA page window is a CUDA path")
+@pytest.mark.parametrize("ring, dim", [("wide", 128), ("narrow", 128), ("narrow", 64)])
+@pytest.mark.parametrize("page_size", [16, 48])
+@pytest.mark.parametrize("seqlen_new, splits", [(0, 1), (1, 2)])
+def test_page_window_over_boxes(ring, dim, page_size, seqlen_new, splits, monkeypatch):
+    """The TMA loop reads each warp's pages 32 boxes ahead (PageWindow).  Pages of 16 split a 32-key
+    block (the wide ring at d128, d64's blocks) into two boxes on two pages, and pages of 48 make
+    every other block straddle two pages; caches long enough that each warp's window moves on
+    several times (one split: ~35 wide blocks a warp, 70 boxes).  NaN in every slot a sequence does
+    not own, so a box read from the wrong page shows."""
+    monkeypatch.setenv("TILEATTN_DECODE_FAMILY", "sm90")
+    monkeypatch.setenv("TILEATTN_DECODE_RING", ring)
+    opts = dict(DEFAULTS, page_size=page_size, dim=dim, heads=32, heads_k=8, splits=splits,
+                seqlen_new=seqlen_new, causal=True)
+    seqlens = torch.tensor([4500, 0, 4100, 2100 - seqlen_new], dtype=torch.int32)
+    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=4, capacity=4608, cache_seqlens=seqlens)
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="read by the CUDA decode, on every device")
 def test_decode_ring_choice_is_checked(monkeypatch):
     monkeypatch.setenv("TILEATTN_DECODE_RING", "wider")

@@ -189,6 +189,7 @@ cuda::decode::DecodeArgs shape_args(const KvCacheParams& p) {
   args.row_blocks = (args.rows + decode::kRows - 1) / decode::kRows;
   args.seqlen_q_div = FastDivisor::make(f.seqlen_q);
   args.num_splits = p.num_splits;
+  if (p.block_table != nullptr) args.page_div = FastDivisor::make(static_cast<int>(p.page_size));
   if (decode::split_ctas(args) > std::numeric_limits<int32_t>::max()) {
     throw Error(ErrorCode::kUnsupported, "q",
                 "batch x KV heads x ceil(H / Hk x seqlen_q / 16) must fit in 2^31 CUDA blocks");

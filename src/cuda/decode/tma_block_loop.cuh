@@ -96,7 +96,7 @@ __device__ __forceinline__ int page_ahead(const DecodeArgs& args, const Sequence
   const int block = w.begin + warp + i * kWarps;
   const int pos0 = w.base + block * kKeys;
   if (block >= w.end || !box_visible(w, pos0, kKeys)) return -1;
-  return args.p.block_table[seq.row * args.p.block_table_batch_stride + pos0 / args.p.page_size];
+  return args.p.block_table[seq.row * args.p.block_table_batch_stride + args.page_div.div(pos0)];
 }
 
 template <int kKeys, bool kOn>
@@ -175,7 +175,8 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
     bool ok;
     const int64_t unit = box_unit(p, seq, pos0 + j, pw, page, ok);
     if (!ok) continue;
-    const int row = p.block_table ? (pos0 + j) % p.page_size : pos0 + j;
+    // The key's row in its page: a multiply and a shift (page_div) instead of a runtime division.
+    const int row = p.block_table ? pos0 + j - args.page_div.div(pos0 + j) * static_cast<int>(p.page_size) : pos0 + j;
     const uint64_t policy = l2_evict_first_policy();
 #pragma unroll
     for (int s = 0; s < Ring::kSlabs; ++s) {

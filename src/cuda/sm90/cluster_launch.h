@@ -20,13 +20,19 @@ namespace tileattn::cuda::sm90 {
 //   - causal or right-windowed tiles: above 32 query blocks (4k tokens at 128 rows): 8k-16k
 //     +2-5%, but 512-4k went 0.89-1.06, mostly lower (the first tile of a pair waits for its
 //     peer's extra block, and short tiles run in round groups that pairs make coarser).
+//   - except at d128 with at most 4 query blocks (512 tokens): there the one-CTA kernel measured
+//     +4% and +0.8% in two A/Bs of three runs a side (session 47, after session 44's one-compare
+//     mask, which the one-CTA kernel has and the cluster kernel does not), while 768 and 1k
+//     tokens ran 0.95 and 0.975 without the cluster, and d256 lost 4-5% without it at 512-1k.
 // on takes it for every call it can serve (d128 and d256 buckets; cluster_sm90.h), seqlen_q 1
 // included, which is how the tests reach the padding CTA.
-inline bool use_kv_multicast(int num_m_blocks, bool uneven_tiles) {
+inline bool use_kv_multicast(int num_m_blocks, bool uneven_tiles, int head_dim) {
   constexpr int kMinUnevenMBlocks = 33;
+  constexpr int kMaxOneCtaMBlocksD128 = 4;
   const int mode = env_choice("TILEATTN_FORWARD_KV_MULTICAST", {"auto", "on", "off"});
   if (mode != 0) return mode == 1;
   if (uneven_tiles) return num_m_blocks >= kMinUnevenMBlocks;
+  if (head_dim == 128 && num_m_blocks <= kMaxOneCtaMBlocksD128) return false;
   return num_m_blocks % 2 == 0 || num_m_blocks >= 16;
 }
 

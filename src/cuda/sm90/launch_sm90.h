@@ -173,7 +173,7 @@ void run_fwd_sm90(const FwdKernelArgs& args, const FwdVariant& variant, cudaStre
     // No left window: the two tiles of a cluster then differ only in their ranges' tops
     // (cta_key_range).  A causal mask is a right window of 0.
     if (!bounds && !left_window && !variant.transformed_scores && !variant.dropout &&
-        use_kv_multicast((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.window_right >= 0) &&
+        use_kv_multicast((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.window_right >= 0, kHeadDim) &&
         launch_fwd_sm90_variant<KVMulticastTraits<Traits>, PlainScores, NoDropout>(args, stream)) {
       return;
     }
