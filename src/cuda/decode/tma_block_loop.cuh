@@ -148,7 +148,10 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
                                                   Ring* ring, int warp, int i, const PageWindow& pw, int page) {
   const int block = w.begin + warp + i * kWarps;
   if (block >= w.end) return;
-  const int stage = i % Ring::kStages, pos0 = w.base + block * Ring::kKeys, box = args.tma_box_keys;
+  // With the page window a box is the whole block (args.tma_box_keys == kKeys, launch_ring): a
+  // constant, so the box loops below are one step each and cost lane 0 no loop on its way to the issue.
+  const int stage = i % Ring::kStages, pos0 = w.base + block * Ring::kKeys;
+  const int box = pw.on ? Ring::kKeys : args.tma_box_keys;
   const tileattn_kvcache_params& p = args.p;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A block holding a position the append kernel writes is requested once that kernel has
@@ -314,9 +317,10 @@ __device__ __forceinline__ void tma_block_step(const DecodeArgs& args, const Seq
   const bool inside = pos0 >= w.vis_lo && pos0 + kKeys - 1 <= w.vis_hi;
   if (!inside || args.p.block_table != nullptr) {
     bool all_pages = true;
-    for (int j = 0; j < kKeys && args.p.block_table; j += args.tma_box_keys) {
+    const int box = pw.on ? kKeys : args.tma_box_keys;  // as in tma_request_block
+    for (int j = 0; j < kKeys && args.p.block_table; j += box) {
       bool ok = true;
-      if (box_visible(w, pos0 + j, args.tma_box_keys)) box_unit(args.p, seq, pos0 + j, pw, page, ok);
+      if (box_visible(w, pos0 + j, box)) box_unit(args.p, seq, pos0 + j, pw, page, ok);
       all_pages = all_pages && ok;
     }
     if (!inside || !all_pages) {
