@@ -18,8 +18,8 @@ def run():
             (3, 8, 2, 64, 0, 100, 1, 0), (2, 14, 2, 128, 16, 96, 3, 3), (2, 3, 1, 20, 256, 512, 2, 1),
             (2, 4, 4, 256, 16, 64, 1, 3), (3, 8, 1, 72, 0, 33, 2, 2), (3, 32, 8, 128, 0, 100, 1, 0),
             (2, 32, 8, 128, 32, 96, 1, 0),
-            # Long enough that a warp's page window moves on (32 boxes) with one split: two-box blocks
-            # (pages of 16 under d64's 32-key blocks and the wide ring's), blocks across pages of 48.
+            # Long enough that a warp's page window (its next 32 blocks' pages) moves on with one split;
+            # 32-key blocks as two boxes on two pages (d64, the wide ring), blocks across pages of 48.
             (2, 8, 2, 64, 16, 2304, 1, 1), (2, 32, 8, 128, 16, 2304, 1, 1), (2, 32, 8, 128, 48, 2304, 1, 1)]:
         entries = batch if page == 0 else batch * capacity // page
         rows = capacity if page == 0 else page

@@ -258,12 +258,13 @@ def test_tma_rings(ring, page_size, seqlen_new, splits, monkeypatch):
 @pytest.mark.parametrize("ring, dim", [("wide", 128), ("narrow", 128), ("narrow", 64)])
 @pytest.mark.parametrize("page_size", [16, 48])
 @pytest.mark.parametrize("seqlen_new, splits", [(0, 1), (1, 2)])
-def test_page_window_over_boxes(ring, dim, page_size, seqlen_new, splits, monkeypatch):
-    """The TMA loop reads each warp's pages 32 boxes ahead (PageWindow).  Pages of 16 split a 32-key
-    block (the wide ring at d128, d64's blocks) into two boxes on two pages, and pages of 48 make
-    every other block straddle two pages; caches long enough that each warp's window moves on
-    several times (one split: ~35 wide blocks a warp, 70 boxes).  NaN in every slot a sequence does
-    not own, so a box read from the wrong page shows."""
+def test_paged_tma_long_caches(ring, dim, page_size, seqlen_new, splits, monkeypatch):
+    """Paged caches long enough that the TMA loop's page window (the pages of a warp's next 32
+    blocks, read ahead) moves on twice with one split: the narrow ring at d128 (16-key blocks, ~70 a
+    warp), whose blocks lie in one page at pages of 16 and 48.  The wide ring's and d64's 32-key
+    blocks come as two 16-key boxes there, each box's page looked up on its own, every other block
+    across two pages of 48.  NaN in every slot a sequence does not own, so a box read from the wrong
+    page shows."""
     monkeypatch.setenv("TILEATTN_DECODE_FAMILY", "sm90")
     monkeypatch.setenv("TILEATTN_DECODE_RING", ring)
     opts = dict(DEFAULTS, page_size=page_size, dim=dim, heads=32, heads_k=8, splits=splits,
