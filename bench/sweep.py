@@ -32,9 +32,10 @@ def add_parser(subparsers):
                    help="calls per timed sample, issued back to back (default 1: each call alone, the "
                         "host's launch cost included; more: the kernels' throughput, for A/Bs)")
     p.add_argument("--repeat", type=int, default=1,
-                   help="time each case this many times, the backends in rotation (each round starting one "
-                        "later), and report the median: on the H200 one pass's points at 512-2k tokens "
-                        "move 10-30%% between sweeps (perf log)")
+                   help="time each case this many times, the backends in a balanced order (each follows "
+                        "every other equally often over n rounds for n backends, 2n when n is odd), and "
+                        "report the median: on the H200 one pass's points at 512-2k tokens move 10-30%% "
+                        "between sweeps (perf log)")
     p.add_argument("--max-case-s", type=float, default=30.0,
                    help="skip a (case, backend) whose warm-up + timed calls would take longer")
     p.add_argument("--deadline-s", type=float, default=float("inf"),
@@ -95,16 +96,36 @@ def run(args):
             print(f"# wrote {path}")
 
 
+def round_orders(n):
+    """The backend orders of a balanced design (Williams, 1949): over its rows every backend runs
+    right after every other one equally often.  The H200 runs at its 700 W limit back to back (perf
+    log, session 28), and a backend timed right after a heavy one inherits the clocks that one left:
+    with the rounds rotated (a, b, c, d; b, c, d, a; ...) cuDNN always followed SDPA flash, the
+    lightest, and tileattn followed cuDNN, and at 512 tokens a backend's rounds read 5-15% slower
+    right after the other heavy backend than after a light one (sweeps v33 and v33b, session 47).
+    Even n: rows i + (0, 1, n-1, 2, n-2, ...) mod n, each ordered pair adjacent once in n rows; odd
+    n: each such row followed by its reverse, each pair adjacent twice in 2n rows."""
+    steps, low, high = [0], 1, n - 1
+    while len(steps) < n:
+        steps.append(low)
+        low += 1
+        if len(steps) < n:
+            steps.append(high)
+            high -= 1
+    rows = [[(i + c) % n for c in steps] for i in range(n)]
+    if n % 2 == 1 and n > 1:
+        rows = [row for pair in zip(rows, (r[::-1] for r in rows)) for row in pair]
+    return rows
+
+
 def time_rounds(case, chosen, args, limits, progress):
-    """{(direction, backend name): [ms of each round]}: args.repeat rounds over the backends in turn,
-    so a slow stretch of the GPU lands on every backend alike; a backend skipped once is not retried.
-    Round r starts at the r-th backend (a, b, c; b, c, a; c, a, b), so no backend always runs first
-    after the previous case's last one, with the clocks and power that one left the H200 at (it
-    runs at its 700 W limit back to back: perf log, session 28)."""
+    """{(direction, backend name): [ms of each round]}: args.repeat rounds over the backends, so a
+    slow stretch of the GPU lands on every backend alike, in round_orders' balanced orders, so that
+    none always runs right after the same one; a backend skipped once is not retried."""
     rounds, skipped = {}, set()
+    orders = round_orders(len(chosen))
     for r in range(args.repeat):
-        start = r % len(chosen)
-        for backend in chosen[start:] + chosen[:start]:
+        for backend in (chosen[k] for k in orders[r % len(orders)]):
             if backend.name in skipped:
                 progress.step(f"{case.label()} {backend.name} (skipped)")
                 continue

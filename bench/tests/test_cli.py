@@ -1,5 +1,6 @@
 """The CLI's logic on the CPU: shapes and their costs, the sweep end to end on tiny CPU cases, the
 registry and plugins, the README block rewrite, ncu's CSV parsing, the ragged lengths."""
+import collections
 import csv
 import hashlib
 import os
@@ -75,7 +76,19 @@ def test_sweep_repeat_reports_each_backends_median_and_tries_a_skip_once(tmp_pat
     assert calls == ["sdpa-math", "sdpa-flash", "sdpa-math", "sdpa-math"]
 
 
-def test_sweep_repeat_rotates_which_backend_runs_first(tmp_path, monkeypatch):
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_round_orders_put_every_backend_after_every_other_equally_often(n):
+    from bench import sweep
+
+    rows = sweep.round_orders(n)
+    assert len(rows) == (2 * n if n % 2 and n > 1 else n)
+    assert all(sorted(row) == list(range(n)) for row in rows)
+    follows = collections.Counter((row[k], row[k + 1]) for row in rows for k in range(n - 1))
+    assert set(follows) == {(a, b) for a in range(n) for b in range(n) if a != b}
+    assert len(set(follows.values())) <= 1
+
+
+def test_sweep_repeat_runs_the_backends_in_balanced_orders(tmp_path, monkeypatch):
     from bench import sweep
 
     calls = []
@@ -90,7 +103,7 @@ def test_sweep_repeat_rotates_which_backend_runs_first(tmp_path, monkeypatch):
               "--backends", "sdpa-math", "sdpa-flash", "tileattn", "--out", str(tmp_path / "s.csv"),
               "--plot", "none"])
     a, b, c = "sdpa-math", "sdpa-flash", "tileattn"
-    assert calls == [a, b, c, b, c, a, c, a, b, a, b, c]
+    assert calls == [a, b, c, c, b, a, b, c, a, a, c, b]
 
 
 def test_queue_times_back_to_back_calls_and_reports_one_calls_share(monkeypatch):
