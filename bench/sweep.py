@@ -96,34 +96,12 @@ def run(args):
             print(f"# wrote {path}")
 
 
-def round_orders(n):
-    """The backend orders of a balanced design (Williams, 1949): over its rows every backend runs
-    right after every other one equally often.  The H200 runs at its 700 W limit back to back (perf
-    log, session 28), and a backend timed right after a heavy one inherits the clocks that one left:
-    with the rounds rotated (a, b, c, d; b, c, d, a; ...) cuDNN always followed SDPA flash, the
-    lightest, and tileattn followed cuDNN, and at 512 tokens a backend's rounds read 5-15% slower
-    right after the other heavy backend than after a light one (sweeps v33 and v33b, session 47).
-    Even n: rows i + (0, 1, n-1, 2, n-2, ...) mod n, each ordered pair adjacent once in n rows; odd
-    n: each such row followed by its reverse, each pair adjacent twice in 2n rows."""
-    steps, low, high = [0], 1, n - 1
-    while len(steps) < n:
-        steps.append(low)
-        low += 1
-        if len(steps) < n:
-            steps.append(high)
-            high -= 1
-    rows = [[(i + c) % n for c in steps] for i in range(n)]
-    if n % 2 == 1 and n > 1:
-        rows = [row for pair in zip(rows, (r[::-1] for r in rows)) for row in pair]
-    return rows
-
-
 def time_rounds(case, chosen, args, limits, progress):
     """{(direction, backend name): [ms of each round]}: args.repeat rounds over the backends, so a
-    slow stretch of the GPU lands on every backend alike, in round_orders' balanced orders, so that
-    none always runs right after the same one; a backend skipped once is not retried."""
+    slow stretch of the GPU lands on every backend alike, in timing.round_orders' balanced orders, so
+    that none always runs right after the same one; a backend skipped once is not retried."""
     rounds, skipped = {}, set()
-    orders = round_orders(len(chosen))
+    orders = timing.round_orders(len(chosen))
     for r in range(args.repeat):
         for backend in (chosen[k] for k in orders[r % len(orders)]):
             if backend.name in skipped:

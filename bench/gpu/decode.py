@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tileattn
-from timing import ROOT, git_commit, median_ms
+from timing import ROOT, git_commit, median_ms, round_orders
 
 HEADS, HEADS_K, DIM = 32, 8, 128
 ANCHORS = {(1, 32768), (8, 8192), (32, 8192), (64, 4096)}
@@ -152,16 +152,19 @@ def graph_ms(fns, replays=5):
 
 
 def interleaved_ms(graphs, rounds=5, replays=2):
-    """Median time per call of each captured layout, timed in rounds that visit every layout in
-    turn, the order rotated by one each round, after one round that is not counted.  Timing each
-    layout to the end before the next put whatever the GPU still did after the previous point on
-    the first layout timed: after a point of 4 GB caches the first layout timed at 128 x 2k ran
-    7-12% slow, whichever it was (cuDNN too), and the others did not (perf log, session 19)."""
+    """Median time per call of each captured layout, timed in rounds that visit every layout, after
+    one round that is not counted.  Timing each layout to the end before the next put whatever the
+    GPU still did after the previous point on the first layout timed: after a point of 4 GB caches
+    the first layout timed at 128 x 2k ran 7-12% slow, whichever it was (cuDNN too), and the others
+    did not (perf log, session 19).  The rounds take timing.round_orders' balanced orders (each
+    layout right after every other equally often) rather than a rotation, which put every layout
+    after the same neighbour each round: in the FA sweep, at the power limit, the backend right
+    after a heavy one read 2.5-5% slow (perf log, session 47)."""
     names = list(graphs)
     times = {name: [] for name in names}
+    orders = round_orders(len(names))
     for r in range(rounds + 1):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in (names[k] for k in orders[r % len(orders)]):
             for _ in range(replays):
                 ms = replay_ms(*graphs[name])
                 if r > 0:

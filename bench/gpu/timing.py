@@ -10,6 +10,7 @@ from bench import environment  # noqa: E402
 from bench import timing as _timing  # noqa: E402
 
 git_commit = environment.commit
+round_orders = _timing.round_orders
 
 
 def median_ms(fn, runs, warmup=5, queue=1, before=None):

@@ -78,9 +78,9 @@ def test_sweep_repeat_reports_each_backends_median_and_tries_a_skip_once(tmp_pat
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
 def test_round_orders_put_every_backend_after_every_other_equally_often(n):
-    from bench import sweep
+    from bench import timing
 
-    rows = sweep.round_orders(n)
+    rows = timing.round_orders(n)
     assert len(rows) == (2 * n if n % 2 and n > 1 else n)
     assert all(sorted(row) == list(range(n)) for row in rows)
     follows = collections.Counter((row[k], row[k + 1]) for row in rows for k in range(n - 1))
