@@ -149,7 +149,7 @@ int ring_chosen(const cuda::decode::DecodeArgs& args, RingChoice choice) {
       // The wide ring where its plan runs in one wave, one CTA an SM; each plan computed once.
       std::optional<RingWave> wide;
       if (wide_ring_possible(args)) wide = ring_wave(args, kLoopWideRing);
-      const bool take_wide = wide && wide->ctas <= wide->resident;
+      const bool take_wide = wide && wide->runs_one_wave();
       const int chosen = take_wide ? kLoopWideRing : kLoopRing;
       if (!three_fits) return chosen;
       return three_ring_pays_off(args, take_wide ? *wide : ring_wave(args, kLoopRing)) ? kLoopRingThree : chosen;

@@ -94,8 +94,10 @@ struct RingWave {
   int64_t ctas;  // the plan's CTAs: split_ctas x splits
   int splits;
   int resident;  // CTAs resident over all SMs
-  // Whether the plan's CTAs fill at least 90% of one wave and need no second.
-  bool fills_one_wave() const { return ctas <= resident && 10 * ctas >= 9 * static_cast<int64_t>(resident); }
+  // Whether the plan's CTAs all run at once, in one wave.
+  bool runs_one_wave() const { return ctas <= resident; }
+  // Whether they also fill at least 90% of that wave.
+  bool fills_one_wave() const { return runs_one_wave() && 10 * ctas >= 9 * static_cast<int64_t>(resident); }
 };
 
 // The split count alone, for a loop without the cluster merge.

@@ -139,6 +139,14 @@ __device__ __forceinline__ int64_t box_unit(const tileattn_kvcache_params& p, co
   return page;
 }
 
+// Keys a TMA box of the warp's blocks covers: with the page window the whole block (launch_ring
+// takes the window only where args.tma_box_keys == kKeys), a constant, so the box loops of the
+// request and the page check are one step each on lane 0's way to the issue; else the runtime box.
+template <int kKeys>
+__device__ __forceinline__ int block_box_keys(const PageWindow& pw, const DecodeArgs& args) {
+  return pw.on ? kKeys : args.tma_box_keys;
+}
+
 // Lane 0: request the warp's i-th block into stage i % kStages (`page`: window_page(pw, i), which
 // all lanes computed).  Boxes of args.tma_box_keys keys wholly outside [vis_lo, vis_hi] or on a page
 // that does not exist are skipped (the consumer fills their rows); the barrier expects the bytes of
@@ -148,10 +156,8 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
                                                   Ring* ring, int warp, int i, const PageWindow& pw, int page) {
   const int block = w.begin + warp + i * kWarps;
   if (block >= w.end) return;
-  // With the page window a box is the whole block (args.tma_box_keys == kKeys, launch_ring): a
-  // constant, so the box loops below are one step each and cost lane 0 no loop on its way to the issue.
   const int stage = i % Ring::kStages, pos0 = w.base + block * Ring::kKeys;
-  const int box = pw.on ? Ring::kKeys : args.tma_box_keys;
+  const int box = block_box_keys<Ring::kKeys>(pw, args);
   const tileattn_kvcache_params& p = args.p;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A block holding a position the append kernel writes is requested once that kernel has
@@ -317,7 +323,7 @@ __device__ __forceinline__ void tma_block_step(const DecodeArgs& args, const Seq
   const bool inside = pos0 >= w.vis_lo && pos0 + kKeys - 1 <= w.vis_hi;
   if (!inside || args.p.block_table != nullptr) {
     bool all_pages = true;
-    const int box = pw.on ? kKeys : args.tma_box_keys;  // as in tma_request_block
+    const int box = block_box_keys<kKeys>(pw, args);
     for (int j = 0; j < kKeys && args.p.block_table; j += box) {
       bool ok = true;
       if (box_visible(w, pos0 + j, box)) box_unit(args.p, seq, pos0 + j, pw, page, ok);
