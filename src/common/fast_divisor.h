@@ -37,6 +37,9 @@ struct FastDivisor {
   TILEATTN_HOST_DEVICE int div(int n) const {
     return static_cast<int>((static_cast<uint64_t>(static_cast<uint32_t>(n)) * multiplier) >> shift);
   }
+
+  // n mod divisor for n in [0, 2^31): the quotient's multiply-shift and one multiply-subtract.
+  TILEATTN_HOST_DEVICE int mod(int n) const { return n - div(n) * static_cast<int>(divisor); }
 };
 
 }  // namespace tileattn

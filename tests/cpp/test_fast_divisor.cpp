@@ -1,5 +1,6 @@
-// FastDivisor (src/common/fast_divisor.h) replaces the sm90 tile scheduler's divisions: a wrong
-// quotient would send a CTA to the wrong (query block, batch, head) tile.  Checked against the
+// FastDivisor (src/common/fast_divisor.h) replaces the sm90 tile scheduler's divisions and the
+// decode's page and row lookups: a wrong quotient or remainder would send a CTA to the wrong
+// (query block, batch, head) tile or a TMA box to the wrong page row.  Checked against the
 // built-in division at the dividends where a rounding error would show first (just below and at
 // each multiple of the divisor, and the top of the range) for small divisors, powers of two and
 // their neighbours, and large ones.
@@ -29,10 +30,11 @@ void check_divisor(int d) {
   for (int n : dividends) {
     if (n < 0) continue;
     ASSERT_EQ(f.div(n), n / d) << "n " << n << " d " << d;
+    ASSERT_EQ(f.mod(n), n % d) << "n " << n << " d " << d;
   }
 }
 
-TEST(FastDivisor, MatchesIntegerDivision) {
+TEST(FastDivisor, MatchesIntegerDivisionAndRemainder) {
   for (int d = 1; d <= 2000; ++d) check_divisor(d);
   for (int bit = 1; bit < 31; ++bit) {
     const int p = 1 << bit;

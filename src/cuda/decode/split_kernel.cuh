@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   // (A FastDivisor: a runtime division is ~25 dependent instructions, and these sit on the way to
   // the first request and in the final stores.)
   auto head_of = [&](int r) { return kv_head * args.group + args.seqlen_q_div.div(row0 + r); };
-  auto qrow_of = [&](int r) { return row0 + r - args.seqlen_q_div.div(row0 + r) * Sq; };
+  auto qrow_of = [&](int r) { return args.seqlen_q_div.mod(row0 + r); };
   // Q's loads first, before the sequence's bounds (which Q's addresses do not need) and before
   // the first K/V requests.  Issued after the requests, as they were until session 21, they
   // queued behind every CTA's first blocks (240 CTAs x 64 KB at 1 x 2k, the whole cache): the

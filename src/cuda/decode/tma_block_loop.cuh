@@ -185,7 +185,7 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
     const int64_t unit = box_unit(p, seq, pos0 + j, pw, page, ok);
     if (!ok) continue;
     // The key's row in its page: a multiply and a shift (page_div) instead of a runtime division.
-    const int row = p.block_table ? pos0 + j - args.page_div.div(pos0 + j) * static_cast<int>(p.page_size) : pos0 + j;
+    const int row = p.block_table ? args.page_div.mod(pos0 + j) : pos0 + j;
     const uint64_t policy = l2_evict_first_policy();
 #pragma unroll
     for (int s = 0; s < Ring::kSlabs; ++s) {

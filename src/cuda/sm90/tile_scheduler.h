@@ -120,7 +120,7 @@ struct TileScheduler {
     int slot = cta;
     if (rotation != 0) {
       const int shifted = cta + (round >> group_rounds_log2) * rotation;
-      slot = shifted - by_grid.div(shifted) * grid;
+      slot = by_grid.mod(shifted);
     }
     return round * grid + ((round & 1) ? grid - 1 - slot : slot);
   }
