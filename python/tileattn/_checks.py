@@ -14,6 +14,7 @@ import torch
 from ._ffi import BackendError, DtypeError, InvalidArgumentError
 
 _HALF = (torch.float16, torch.bfloat16)
+INT32_MAX = 2**31 - 1  # the library's sizes, windows and counts are int32 (include/tileattn/tileattn.h)
 _SDPA_HINT = (". This looks like PyTorch SDPA's (batch, nheads, seqlen, headdim) layout; "
               "flash-attn functions take (batch, seqlen, nheads, headdim): pass "
               "q.transpose(1, 2) etc.")
@@ -75,6 +76,9 @@ class Checker:
         if left < -1 or right < -1:
             self.fail(InvalidArgumentError, "window_size",
                       f"entries must be >= 0, or -1 for unbounded; got {tuple(window_size)}")
+        # The library holds windows in 32 bits.  A window of INT32_MAX is already wider than any
+        # sequence, so a larger one means the same and is clamped rather than let wrap around.
+        left, right = min(left, INT32_MAX), min(right, INT32_MAX)
         if not isinstance(softcap, (int, float)) or softcap < 0:
             self.fail(InvalidArgumentError, "softcap", f"must be >= 0 (0 = off), got {softcap!r}")
         return float(dropout_p), float(softmax_scale), left, right, float(softcap)
@@ -105,6 +109,8 @@ class Checker:
         if v.shape != k.shape:
             self.fail(InvalidArgumentError, nv,
                       f"shape {tuple(v.shape)} differs from {nk}'s {tuple(k.shape)}" + hint())
+        if head_dim == 0:
+            self.fail(InvalidArgumentError, nq, f"head dim is 0 (shape {tuple(q.shape)})")
         num_heads, num_heads_k = q.shape[-2], k.shape[-2]
         if num_heads_k == 0 or num_heads % num_heads_k != 0:
             self.fail(InvalidArgumentError, nk,
@@ -145,9 +151,18 @@ class Checker:
         return x if x.is_contiguous() else x.contiguous()
 
     def seqlen(self, value, name):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            # A SymInt from torch.compile is fine too; only reject plain non-positive values.
+        if (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX):
+            # A SymInt from torch.compile is fine too; only reject plain out-of-range values.
             if not isinstance(value, torch.SymInt):
-                self.fail(InvalidArgumentError, name, f"must be a positive int, got {value!r}")
+                self.fail(InvalidArgumentError, name,
+                          f"must be a positive int below 2**31, got {value!r}")
+        return value
+
+    def int32(self, value, name, minimum):
+        """A plain int argument the library holds in 32 bits, in [minimum, INT32_MAX]."""
+        if (not isinstance(value, int) or isinstance(value, bool)
+                or not minimum <= value <= INT32_MAX):
+            self.fail(InvalidArgumentError, name,
+                      f"must be an int in [{minimum}, 2**31 - 1], got {value!r}")
         return value
 

@@ -360,6 +360,7 @@ def flash_attn_with_kvcache(
     if cache_seqlens is None:
         check.fail(InvalidArgumentError, "cache_seqlens", "is required (int or (batch,) int32)")
     if isinstance(cache_seqlens, int):
+        check.int32(cache_seqlens, "cache_seqlens", 0)
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
     index_tensors = (("cache_seqlens", cache_seqlens, (batch,)),
                      ("cache_batch_idx", cache_batch_idx, (batch,)),
@@ -385,8 +386,7 @@ def flash_attn_with_kvcache(
         plan = None  # the parameters would point at this call's copies
     _, scale, left, right, softcap = _options(check, q, 0.0, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[2], q.device)
-    if not isinstance(num_splits, int) or num_splits < 0:
-        check.fail(InvalidArgumentError, "num_splits", f"must be an int >= 0, got {num_splits!r}")
+    check.int32(num_splits, "num_splits", 0)
     out, lse = _kvcache_ops.call_kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, scale, left, right, softcap, bool(rotary_interleaved),

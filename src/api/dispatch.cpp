@@ -8,8 +8,15 @@
 namespace tileattn {
 namespace {
 
+// Row i sees keys [i + Sk - Sq - window_left, i + Sk - Sq + window_right] (tileattn.h), so a left
+// window of at least Sk - 1 and a right window of at least Sq - 1 cut off no key: clamping them to
+// Sk and Sq changes no score, keeps them >= 0 (the call still counts as windowed, which decides
+// the kvcache's rotary positions), and keeps the kernels' edge arithmetic (row + Sk - Sq + window,
+// in 32 bits in places) from overflowing for windows near INT32_MAX.
 ForwardParams resolve_defaults(ForwardParams p) {
   if (p.softmax_scale == 0.0f) p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  if (p.window_left > p.seqlen_k) p.window_left = p.seqlen_k;
+  if (p.window_right > p.seqlen_q) p.window_right = p.seqlen_q;
   return p;
 }
 
@@ -95,7 +102,9 @@ int64_t backward_workspace_size(const BackwardParams& params) {
   validate_backward(params);
   if (params.fwd.device == TILEATTN_DEVICE_CPU) return 0;
 #ifdef TILEATTN_WITH_CUDA
-  return cuda_backward_workspace_size(params);
+  BackwardParams p = params;  // sized for the params backward() runs with
+  p.fwd = resolve_defaults(params.fwd);
+  return cuda_backward_workspace_size(p);
 #else
   cuda_not_built();
 #endif
@@ -105,7 +114,9 @@ int64_t kvcache_workspace_size(const KvCacheParams& params) {
   validate_kvcache(params);
   if (params.fwd.device == TILEATTN_DEVICE_CPU) return 0;
 #ifdef TILEATTN_WITH_CUDA
-  return cuda_kvcache_workspace_size(params);
+  KvCacheParams p = params;  // sized for the params forward_kvcache() runs with
+  p.fwd = resolve_defaults(params.fwd);
+  return cuda_kvcache_workspace_size(p);
 #else
   cuda_not_built();
 #endif

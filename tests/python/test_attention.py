@@ -101,6 +101,15 @@ def test_window_wider_than_sequence(device):
     run_and_compare(device, torch.float16, (1, 33, 65, 2, 1, 64), window_size=(0, 0))
 
 
+@pytest.mark.parametrize("window_size", [(2**31 - 1, 2**31 - 1), (2**40, 2**33), (2**32, -1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_window_past_int32(device, window_size, causal):
+    """Windows at and past the library's 32-bit range mean "no limit on that side": they must
+    neither wrap around (2**32 read as 0) nor overflow the kernels' row + Sk - Sq + window."""
+    run_and_compare(device, torch.bfloat16, (2, 17, 127, 4, 2, 64), causal=causal,
+                    window_size=window_size)
+
+
 def test_deterministic_backward_is_bitwise_stable(device):
     shape = (2, 127, 203, 8, 2, 64)
     batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim = shape

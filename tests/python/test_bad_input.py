@@ -37,6 +37,8 @@ CASES = {
                             ValueError, "k"),
     "head dim 300": (lambda: flash_attn_func(t(1, 2, 1, 300), t(1, 2, 1, 300), t(1, 2, 1, 300)),
                      ValueError, "q"),
+    "head dim 0": (lambda: flash_attn_func(t(1, 2, 1, 0), t(1, 2, 1, 0), t(1, 2, 1, 0)),
+                   ValueError, "q"),
     "dropout 1": (lambda: flash_attn_func(q, k, v, dropout_p=1.0), ValueError, "dropout_p"),
     "dropout negative": (lambda: flash_attn_func(q, k, v, dropout_p=-0.1), ValueError, "dropout_p"),
     "scale 0": (lambda: flash_attn_func(q, k, v, softmax_scale=0.0), ValueError, "softmax_scale"),
@@ -68,6 +70,8 @@ CASES = {
                             ValueError, "cu_seqlens_k"),
     "max_seqlen 0": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 0, 10), ValueError,
                      "max_seqlen_q"),
+    "max_seqlen past int32": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 12, 2**32),
+                              ValueError, "max_seqlen_k"),
     "max_seqlen float": (lambda: flash_attn_varlen_func(vq, vk, vk, cu_q, cu_k, 12, 10.0),
                          ValueError, "max_seqlen_k"),
     # Checked by the library (device-side contents), surfaced with its argument name.

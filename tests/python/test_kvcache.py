@@ -312,6 +312,9 @@ def test_kvcache_compiles_fullgraph(device):
     (lambda a: a.update(block_table=torch.full((2, 4), 7, dtype=torch.int32)), "block_table"),
     (lambda a: a.update(rotary_cos=torch.zeros(80, 8, dtype=torch.bfloat16)), "rotary_sin"),
     (lambda a: a.update(cache_batch_idx=torch.tensor([0, 5], dtype=torch.int32)), "cache_batch_idx"),
+    # Python ints the library holds in 32 bits: 2**32 + 3 must not wrap around to 3.
+    (lambda a: a.update(cache_seqlens=2**32 + 3), "cache_seqlens"),
+    (lambda a: a.update(num_splits=2**32 + 1), "num_splits"),
 ])
 def test_kvcache_bad_input(breaks, argument):
     args = dict(q=torch.randn(2, 1, 4, 32, dtype=torch.bfloat16),
