@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/vector_math.h"
 #include "tileattn/tileattn.h"
 
 namespace tileattn::cpu {
@@ -46,13 +47,11 @@ inline void load_row(tileattn_dtype dtype, const void* src, int64_t offset, int 
       return;
     }
     case TILEATTN_BFLOAT16: {
-      const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
-      for (int i = 0; i < count; ++i) dst[i] = bf16_to_float(s[i]);
+      bf16_row_to_float(static_cast<const uint16_t*>(src) + offset, count, dst);
       return;
     }
     case TILEATTN_FLOAT16: {
-      const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
-      for (int i = 0; i < count; ++i) dst[i] = fp16_to_float(s[i]);
+      fp16_row_to_float(static_cast<const uint16_t*>(src) + offset, count, dst);
       return;
     }
   }
@@ -66,13 +65,11 @@ inline void store_row(tileattn_dtype dtype, const float* src, int count, void* d
       return;
     }
     case TILEATTN_BFLOAT16: {
-      uint16_t* d = static_cast<uint16_t*>(dst) + offset;
-      for (int i = 0; i < count; ++i) d[i] = float_to_bf16(src[i]);
+      float_row_to_bf16(src, count, static_cast<uint16_t*>(dst) + offset);
       return;
     }
     case TILEATTN_FLOAT16: {
-      uint16_t* d = static_cast<uint16_t*>(dst) + offset;
-      for (int i = 0; i < count; ++i) d[i] = float_to_fp16(src[i]);
+      float_row_to_fp16(src, count, static_cast<uint16_t*>(dst) + offset);
       return;
     }
   }

@@ -3,6 +3,8 @@
 // so one binary is fast on new CPUs and still runs on old ones.
 #pragma once
 
+#include <cstdint>
+
 namespace tileattn::cpu {
 
 // y[i] = 2^(x[i] - shift), and the sum of the y[i].  Inputs below -126 (and -inf) give exactly 0,
@@ -15,5 +17,12 @@ void exp2_shifted(const float* x, float shift, int count, float* y);
 float row_max(const float* x, int count);
 
 void scale_row(float* x, float factor, int count);
+
+// Rows of 16-bit storage to float32 and back (round to nearest even, NaN stays NaN), for tiles
+// converted as they are read and outputs written: 8 or 16 lanes where the CPU has the ISA for it.
+void bf16_row_to_float(const uint16_t* src, int count, float* dst);
+void float_row_to_bf16(const float* src, int count, uint16_t* dst);
+void fp16_row_to_float(const uint16_t* src, int count, float* dst);
+void float_row_to_fp16(const float* src, int count, uint16_t* dst);
 
 }  // namespace tileattn::cpu
