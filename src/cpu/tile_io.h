@@ -21,10 +21,22 @@ struct StridedRows {
   }
 };
 
+// Rows converted ahead of the one being read whose cache lines are requested.  One head's rows lie
+// row_stride apart (H x D or Hk x D elements: 2 KB in a d128 cache of 8 KV heads), a pattern of a few
+// lines then a jump that the hardware prefetchers do not follow: a bf16 decode of 1 x 32k spent 85%
+// of its conversion time on the load's cache misses (Zen 3).
+constexpr int kPrefetchRowsAhead = 4;
+
 // dst (rows x dim, leading dim dim) <- rows row0 .. row0 + rows - 1 of one head, as float32.
 inline void load_tile(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s, int row0,
                       int rows, int head, int dim, float* dst) {
+  const int64_t element = dtype == TILEATTN_FLOAT32 ? 4 : 2;
+  const char* base = static_cast<const char*>(src.data);
   for (int r = 0; r < rows; ++r) {
+    if (r + kPrefetchRowsAhead < rows) {
+      const char* ahead = base + src.offset(s, row0 + r + kPrefetchRowsAhead, head) * element;
+      for (int64_t byte = 0; byte < dim * element; byte += 64) __builtin_prefetch(ahead + byte);
+    }
     load_row(dtype, src.data, src.offset(s, row0 + r, head), dim, dst + static_cast<int64_t>(r) * dim);
   }
 }
