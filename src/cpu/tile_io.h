@@ -21,10 +21,11 @@ struct StridedRows {
   }
 };
 
-// Rows converted ahead of the one being read whose cache lines are requested.  One head's rows lie
-// row_stride apart (H x D or Hk x D elements: 2 KB in a d128 cache of 8 KV heads), a pattern of a few
-// lines then a jump that the hardware prefetchers do not follow: a bf16 decode of 1 x 32k spent 85%
-// of its conversion time on the load's cache misses (Zen 3).
+// How many rows ahead of the one it converts load_tile requests a row's cache lines.  One head's
+// rows lie row_stride apart (H x D or Hk x D elements: 2 KB in a d128 cache of 8 KV heads), a few
+// lines then a jump, which the hardware prefetchers do not follow: a bf16 decode of 1 x 32k spent
+// 85% of its conversion time on the loads' cache misses (Zen 3).  Eight rows read the same, sixteen
+// slower (docs/perf-log.md, session 49).
 constexpr int kPrefetchRowsAhead = 4;
 
 // dst (rows x dim, leading dim dim) <- rows row0 .. row0 + rows - 1 of one head, as float32.

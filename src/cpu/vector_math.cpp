@@ -90,9 +90,10 @@ void float_row_to_bf16(const float* src, int count, uint16_t* dst) {
   for (int i = 0; i < count; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
-// GCC 12 vectorizes no _Float16 conversion without AVX512-FP16: elsewhere each element was a call
-// to libgcc's soft conversion, 20% of an fp16 D128 forward on a Zen 3 host.  F16C (every x86-64
-// CPU with AVX2) converts 8 lanes in one instruction, rounding to nearest even like the cast.
+// GCC 12 vectorizes no _Float16 conversion without AVX512-FP16, and the baseline build, which has
+// no F16C, made each element a call to libgcc's soft conversion: 20% of an fp16 D128 forward on a
+// Zen 3 host.  F16C (every x86-64 CPU with AVX2) converts 8 lanes in one instruction, rounding to
+// nearest even like the cast.
 #if defined(__x86_64__) && defined(__GNUC__)
 namespace {
 

@@ -1,6 +1,7 @@
 // Row kernels of the CPU backend that are not matrix products: the base-2 exponential, row max,
-// scaling.  Compiled for AVX-512, AVX2 and baseline x86-64, chosen at load time (target_clones),
-// so one binary is fast on new CPUs and still runs on old ones.
+// scaling, and the 16-bit storage conversions.  Compiled for AVX-512, AVX2 and baseline x86-64,
+// chosen at load time (target_clones; fp16 through F16C where the CPU has it, checked once), so one
+// binary is fast on new CPUs and still runs on old ones.
 #pragma once
 
 #include <cstdint>
