@@ -151,12 +151,8 @@ class Checker:
         return x if x.is_contiguous() else x.contiguous()
 
     def seqlen(self, value, name):
-        if (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX):
-            # A SymInt from torch.compile is fine too; only reject plain out-of-range values.
-            if not isinstance(value, torch.SymInt):
-                self.fail(InvalidArgumentError, name,
-                          f"must be a positive int below 2**31, got {value!r}")
-        return value
+        # A SymInt from torch.compile is fine too; only plain values are range-checked.
+        return value if isinstance(value, torch.SymInt) else self.int32(value, name, 1)
 
     def int32(self, value, name, minimum):
         """A plain int argument the library holds in 32 bits, in [minimum, INT32_MAX]."""
