@@ -188,7 +188,10 @@ TILEATTN_API void tileattn_kvcache_params_init(tileattn_kvcache_params* params);
 
 /* Validate, then run on params->device.  Returns TILEATTN_OK or an error code; on error
  * tileattn_last_error() tells what was wrong and tileattn_last_error_argument() names the
- * argument (both thread-local, valid until the next call on this thread). */
+ * argument (both thread-local, valid until the next call on this thread).  What a call writes
+ * (out, softmax_lse, attn_probs; dq, dk, dv; the workspace; the caches when k_new is given) may
+ * share no byte with any other argument, or the call fails naming it: the kernels read and write
+ * in no fixed order.  Views that interleave without sharing a byte are fine. */
 TILEATTN_API int tileattn_forward(const tileattn_fwd_params* params);
 TILEATTN_API int tileattn_backward(const tileattn_bwd_params* params);
 /* Validates like tileattn_backward, then stores in *bytes the workspace those params may need (0

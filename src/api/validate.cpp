@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <initializer_list>
+#include <stdexcept>
 #include <sstream>
 #include <string>
-#include <vector>
+#include <utility>
+
+#include "api/memory_overlap.h"
 
 namespace tileattn {
 namespace {
@@ -34,19 +38,43 @@ struct Dim {
   int64_t stride;
 };
 
+// The outer dims of a tensor view, at most 3, held in place: validation runs on every call, and
+// a heap vector per tensor cost ~10% of a decode call's validation.
+struct DimList {
+  static constexpr int kMax = 3;
+  Dim dims[kMax];
+  int count = 0;
+
+  DimList(std::initializer_list<Dim> list) {
+    for (const Dim& d : list) push_back(d);
+  }
+  void push_back(const Dim& d) {
+    if (count == kMax) throw std::logic_error("DimList holds at most 3 dims");
+    dims[count++] = d;
+  }
+  const Dim* begin() const { return dims; }
+  const Dim* end() const { return dims + count; }
+};
+
 // A tensor we write must not have two indices on one element, or the result depends on the
 // order of the writes.  Sorted by stride, each dim must step past everything the dims inside
 // it span.  dims excludes the contiguous innermost dim, whose extent is `inner`.
-void check_strides(const char* name, std::vector<Dim> dims, int64_t inner, bool written) {
+void check_strides(const char* name, const DimList& dims, int64_t inner, bool written) {
   for (const Dim& d : dims) {
     if (d.stride < 0) invalid(name, name, " has a negative stride (", d.stride, ")");
   }
   if (!written) return;
-  dims.erase(std::remove_if(dims.begin(), dims.end(), [](const Dim& d) { return d.size <= 1; }),
-             dims.end());
-  std::sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
-  int64_t span = inner;  // elements covered by the dims checked so far
+  Dim sorted[DimList::kMax];
+  int n = 0;
   for (const Dim& d : dims) {
+    if (d.size > 1) sorted[n++] = d;
+  }
+  for (int i = 1; i < n; ++i) {  // by stride; std::sort trips GCC 12's -Warray-bounds here
+    for (int j = i; j > 0 && sorted[j - 1].stride > sorted[j].stride; --j) std::swap(sorted[j - 1], sorted[j]);
+  }
+  int64_t span = inner;  // elements covered by the dims checked so far
+  for (int i = 0; i < n; ++i) {
+    const Dim& d = sorted[i];
     if (d.stride < span) {
       invalid(name, name, " has overlapping elements: a stride of ", d.stride,
               " is smaller than the ", span, " elements the inner dims span");
@@ -62,7 +90,7 @@ void check_qkv_like(const ForwardParams& p, const char* name, const void* ptr, i
   const int64_t batches = is_varlen(p) ? 1 : p.batch;
   const int64_t rows = is_varlen(p) ? total_rows : rows_per_batch;
   check_pointer(ptr, name, batches * rows * heads * p.head_dim);
-  std::vector<Dim> dims = {{rows, row_stride}, {heads, head_stride}};
+  DimList dims = {{rows, row_stride}, {heads, head_stride}};
   if (!is_varlen(p)) dims.push_back({batches, batch_stride});
   check_strides(name, dims, p.head_dim, written);
 }
@@ -74,6 +102,99 @@ const char* dtype_name(tileattn_dtype dtype) {
     case TILEATTN_FLOAT32: return "float32";
   }
   return "unknown";
+}
+
+int element_bytes(tileattn_dtype dtype) { return dtype == TILEATTN_FLOAT32 ? 4 : 2; }
+
+// The arguments a call reads and writes, as memory views.  A written view may share no byte with
+// any other: the kernels read and write in no fixed order, so a call whose out lies inside q, or
+// whose append writes k_cache over v_cache, would return whatever order the threads ran in.
+class ArgumentViews {
+ public:
+  void read(const MemoryView& v) { add(v, false); }
+  void written(const MemoryView& v) { add(v, true); }
+  void read_or_written(const MemoryView& v, bool written) { add(v, written); }
+
+  void check_disjoint() const {
+    for (int w = 0; w < num_; ++w) {
+      if (!written_[w]) continue;
+      for (int o = 0; o < num_; ++o) {
+        if (o == w || (written_[o] && o < w)) continue;
+        // Apart as byte ranges, the case of almost every call: ~10 ns for a decode call's views.
+        if (end_[w] <= views_[o].base || end_[o] <= views_[w].base) continue;
+        if (!views_share_bytes(views_[w], views_[o])) continue;
+        const char* name = views_[w].name;
+        const char* other = views_[o].name;
+        if (written_[o]) {
+          invalid(name, name, " and ", other, " share memory, and this call writes both: the result "
+                  "would depend on the order of the writes");
+        }
+        invalid(name, name, " shares memory with ", other, ", which this call reads while it writes ",
+                name, ": the result would depend on the order of the reads and writes");
+      }
+    }
+  }
+
+ private:
+  static constexpr int kMaxViews = 20;
+
+  void add(const MemoryView& v, bool written) {
+    if (v.empty()) return;
+    views_[num_] = v;
+    end_[num_] = v.base + v.extent();
+    written_[num_++] = written;
+  }
+
+  MemoryView views_[kMaxViews];
+  uintptr_t end_[kMaxViews];
+  bool written_[kMaxViews];  // views_, end_ and written_ hold num_ entries
+  int num_ = 0;
+};
+
+// A q-, k- or v-shaped tensor, in batch or varlen form.
+MemoryView qkv_view(const ForwardParams& p, const char* name, const void* ptr, int64_t batch_stride,
+                    int64_t row_stride, int64_t head_stride, int64_t rows_per_batch,
+                    int64_t total_rows, int heads) {
+  const int bytes = element_bytes(p.dtype);
+  MemoryView view(name, ptr, p.head_dim * bytes);
+  view.dim(is_varlen(p) ? total_rows : rows_per_batch, row_stride, bytes).dim(heads, head_stride, bytes);
+  if (!is_varlen(p)) view.dim(p.batch, batch_stride, bytes);
+  return view;
+}
+
+MemoryView int32_view(const char* name, const int32_t* ptr, int64_t count) {
+  return MemoryView(name, ptr, count * 4);
+}
+
+// The forward's arguments; out, softmax_lse and attn_probs are outputs of a forward and inputs of
+// a backward.
+void add_forward_views(const ForwardParams& p, bool outputs_written, ArgumentViews& views) {
+  views.read(qkv_view(p, "q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.seqlen_q,
+                      p.total_q, p.num_heads));
+  views.read(qkv_view(p, "k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.seqlen_k,
+                      p.total_k, p.num_heads_k));
+  views.read(qkv_view(p, "v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.seqlen_k,
+                      p.total_k, p.num_heads_k));
+  views.read_or_written(qkv_view(p, "out", p.out, p.out_batch_stride, p.out_row_stride,
+                                 p.out_head_stride, p.seqlen_q, p.total_q, p.num_heads),
+                        outputs_written);
+  const int64_t lse_rows = is_varlen(p) ? p.total_q : p.seqlen_q;
+  MemoryView lse("softmax_lse", p.softmax_lse, lse_rows * 4);
+  lse.dim(p.num_heads, p.lse_head_stride, 4);
+  if (!is_varlen(p)) lse.dim(p.batch, p.lse_batch_stride, 4);
+  views.read_or_written(lse, outputs_written);
+  if (outputs_written && p.attn_probs != nullptr) {
+    views.written(MemoryView("attn_probs", p.attn_probs, int64_t{p.seqlen_k} * 4)
+                      .dim(p.seqlen_q, p.probs_row_stride, 4)
+                      .dim(p.num_heads, p.probs_head_stride, 4)
+                      .dim(p.batch, p.probs_batch_stride, 4));
+  }
+  MemoryView slopes("alibi_slopes", p.alibi_slopes, int64_t{p.num_heads} * 4);
+  if (p.alibi_batch_stride != 0) slopes.dim(p.batch, p.alibi_batch_stride, 4);
+  views.read(slopes);
+  views.read(int32_view("cu_seqlens_q", p.cu_seqlens_q, int64_t{p.batch} + 1));
+  views.read(int32_view("cu_seqlens_k", p.cu_seqlens_k, int64_t{p.batch} + 1));
+  views.read(int32_view("seqused_k", p.seqused_k, p.batch));
 }
 
 void check_sizes(const ForwardParams& p) {
@@ -146,7 +267,7 @@ void check_lse(const ForwardParams& p) {
   const int64_t rows = is_varlen(p) ? p.total_q : p.seqlen_q;
   const int64_t batches = is_varlen(p) ? 1 : p.batch;
   check_pointer(p.softmax_lse, "softmax_lse", batches * p.num_heads * rows);
-  std::vector<Dim> dims = {{p.num_heads, p.lse_head_stride}};
+  DimList dims = {{p.num_heads, p.lse_head_stride}};
   if (!is_varlen(p)) dims.push_back({batches, p.lse_batch_stride});
   check_strides("softmax_lse", dims, rows, /*written=*/true);
 }
@@ -159,9 +280,8 @@ void check_probs(const ForwardParams& p) {
                 p.seqlen_k, /*written=*/true);
 }
 
-}  // namespace
-
-void validate_forward(const ForwardParams& p) {
+// Every rule of validate_forward but the memory overlaps, which depend on what the call writes.
+void check_forward_struct(const ForwardParams& p) {
   check_dtype_and_device(p);
   check_sizes(p);
   check_varlen_struct(p);
@@ -176,6 +296,15 @@ void validate_forward(const ForwardParams& p) {
                  p.seqlen_q, p.total_q, p.num_heads, true);
   check_lse(p);
   check_probs(p);
+}
+
+}  // namespace
+
+void validate_forward(const ForwardParams& p) {
+  check_forward_struct(p);
+  ArgumentViews views;
+  add_forward_views(p, /*outputs_written=*/true, views);
+  views.check_disjoint();
 }
 
 namespace {
@@ -194,7 +323,7 @@ void validate_backward(const BackwardParams& p) {
   // The forward's arguments, read again: out and softmax_lse are inputs here.
   ForwardParams f = p.fwd;
   f.attn_probs = nullptr;
-  validate_forward(f);
+  check_forward_struct(f);
   check_qkv_like(f, "dout", p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride,
                  f.seqlen_q, f.total_q, f.num_heads, false);
   check_qkv_like(f, "dq", p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, f.seqlen_q,
@@ -203,7 +332,69 @@ void validate_backward(const BackwardParams& p) {
                  f.total_k, f.num_heads_k, true);
   check_qkv_like(f, "dv", p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, f.seqlen_k,
                  f.total_k, f.num_heads_k, true);
+  ArgumentViews views;
+  add_forward_views(f, /*outputs_written=*/false, views);
+  views.read(qkv_view(f, "dout", p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride,
+                      f.seqlen_q, f.total_q, f.num_heads));
+  views.written(qkv_view(f, "dq", p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride,
+                         f.seqlen_q, f.total_q, f.num_heads));
+  views.written(qkv_view(f, "dk", p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride,
+                         f.seqlen_k, f.total_k, f.num_heads_k));
+  views.written(qkv_view(f, "dv", p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride,
+                         f.seqlen_k, f.total_k, f.num_heads_k));
+  views.written(MemoryView("workspace", p.workspace, p.workspace_bytes));
+  views.check_disjoint();
 }
+
+namespace {
+
+// q_side: the forward's struct with no keys (out, lse, q, ALiBi); the caches are (cache_batches,
+// cache_rows, Hk, D), entries or pages.  The caches are written only by an append: without one,
+// k_cache may be v_cache.
+void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
+                            int64_t cache_batches, int64_t cache_rows) {
+  const ForwardParams& f = p.fwd;
+  const int bytes = element_bytes(f.dtype);
+  const bool appends = p.k_new != nullptr;
+  ArgumentViews views;
+  add_forward_views(q_side, /*outputs_written=*/true, views);
+  views.read_or_written(MemoryView("k_cache", f.k, f.head_dim * bytes)
+                            .dim(cache_batches, f.k_batch_stride, bytes)
+                            .dim(cache_rows, f.k_row_stride, bytes)
+                            .dim(f.num_heads_k, f.k_head_stride, bytes),
+                        appends);
+  views.read_or_written(MemoryView("v_cache", f.v, f.head_dim * bytes)
+                            .dim(cache_batches, f.v_batch_stride, bytes)
+                            .dim(cache_rows, f.v_row_stride, bytes)
+                            .dim(f.num_heads_k, f.v_head_stride, bytes),
+                        appends);
+  if (appends) {
+    views.read(MemoryView("k", p.k_new, f.head_dim * bytes)
+                   .dim(f.batch, p.k_new_batch_stride, bytes)
+                   .dim(p.seqlen_new, p.k_new_row_stride, bytes)
+                   .dim(f.num_heads_k, p.k_new_head_stride, bytes));
+    views.read(MemoryView("v", p.v_new, f.head_dim * bytes)
+                   .dim(f.batch, p.v_new_batch_stride, bytes)
+                   .dim(p.seqlen_new, p.v_new_row_stride, bytes)
+                   .dim(f.num_heads_k, p.v_new_head_stride, bytes));
+  }
+  views.read(int32_view("cache_seqlens", p.cache_seqlens, f.batch));
+  views.read(int32_view("cache_batch_idx", p.cache_batch_idx, f.batch));
+  views.read(int32_view("cache_leftpad", p.cache_leftpad, f.batch));
+  if (p.block_table != nullptr) {
+    views.read(MemoryView("block_table", p.block_table, int64_t{p.max_blocks} * 4)
+                   .dim(p.num_cache_entries, p.block_table_batch_stride, 4));
+  }
+  if (p.rotary_cos != nullptr) {
+    const int64_t table_bytes = int64_t{p.rotary_seqlen} * (p.rotary_dim / 2) * bytes;
+    views.read(MemoryView("rotary_cos", p.rotary_cos, table_bytes));
+    views.read(MemoryView("rotary_sin", p.rotary_sin, table_bytes));
+  }
+  views.written(MemoryView("workspace", p.workspace, p.workspace_bytes));
+  views.check_disjoint();
+}
+
+}  // namespace
 
 void validate_kvcache(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
@@ -243,7 +434,7 @@ void validate_kvcache(const KvCacheParams& p) {
   // first entry; the caches themselves below, as the (entries, rows, Hk, D) tensors they are.
   ForwardParams q_side = f;
   q_side.seqlen_k = 0;
-  validate_forward(q_side);
+  check_forward_struct(q_side);
   check_pointer(f.k, "k_cache", cache_batches * cache_rows);
   check_pointer(f.v, "v_cache", cache_batches * cache_rows);
   const bool appends = p.k_new != nullptr;
@@ -273,6 +464,7 @@ void validate_kvcache(const KvCacheParams& p) {
   }
   if (p.num_splits < 0) invalid("num_splits", "num_splits is ", p.num_splits, "; it must be >= 0");
   check_workspace(p.workspace, p.workspace_bytes);
+  check_kvcache_overlaps(p, q_side, cache_batches, cache_rows);
 }
 
 void validate_kvcache_contents(const KvCacheParams& p) {

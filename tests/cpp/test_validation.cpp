@@ -64,6 +64,17 @@ void expect_forward_error(const std::function<void(Valid&)>& breaks, const std::
   }
 }
 
+void expect_backward_error(const std::function<void(Valid&)>& breaks, const std::string& argument) {
+  Valid v;
+  breaks(v);
+  try {
+    backward(v.b);
+    ADD_FAILURE() << "no error; expected one naming " << argument;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+  }
+}
+
 TEST(Validation, ValidCallsPass) {
   Valid v;
   EXPECT_NO_THROW(forward(v.f));
@@ -184,16 +195,6 @@ TEST(Validation, Varlen) {
 }
 
 TEST(Validation, Backward) {
-  auto expect_backward_error = [](const std::function<void(Valid&)>& breaks, const std::string& argument) {
-    Valid v;
-    breaks(v);
-    try {
-      backward(v.b);
-      ADD_FAILURE() << "no error; expected one naming " << argument;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.argument(), argument) << e.what();
-    }
-  };
   expect_backward_error([](Valid& v) { v.b.dout = nullptr; }, "dout");
   expect_backward_error([](Valid& v) { v.b.dq = nullptr; }, "dq");
   expect_backward_error([](Valid& v) { v.b.dk_head_stride = 1; }, "dk");
@@ -277,6 +278,76 @@ TEST(Validation, KvCache) {
   expect_kvcache_error([](KvValid& v) { v.p.cache_batch_idx = v.batch_idx.data(); }, "cache_batch_idx");
   expect_kvcache_error([](KvValid& v) { v.p.workspace_bytes = -1; }, "workspace");
   expect_kvcache_error([](KvValid& v) { v.p.workspace = reinterpret_cast<char*>(v.q.data()) + 4; }, "workspace");
+}
+
+// The kernels read and write in no fixed order: an output sharing a byte with another argument
+// is refused, naming the output, while views that interleave without sharing pass.
+TEST(Validation, OutputsShareNoMemory) {
+  expect_forward_error([](Valid& v) { v.f.out = v.q.data(); }, "out");
+  expect_forward_error([](Valid& v) { v.f.out = v.k.data() + 8; }, "out");
+  expect_forward_error([](Valid& v) { v.f.softmax_lse = v.out.data() + 3; }, "out");
+  expect_forward_error(
+      [](Valid& v) {
+        v.f.alibi_slopes = v.lse.data() + 2;
+        v.f.alibi_batch_stride = 0;
+      },
+      "softmax_lse");
+  expect_backward_error([](Valid& v) { v.b.dk = v.b.dq; }, "dq");
+  expect_backward_error([](Valid& v) { v.b.dv = v.k.data(); }, "dv");
+  expect_backward_error([](Valid& v) { v.b.dq = v.dout.data(); }, "dq");
+  expect_backward_error(
+      [](Valid& v) {
+        alignas(256) static float scratch[2 * 7 * 2 * 8];  // dv's size, 256-byte aligned
+        v.b.dv = scratch;
+        v.b.workspace = scratch + 64;
+        v.b.workspace_bytes = 256;
+      },
+      "dv");
+  // dk and dv as the two halves of one (B, Sk, 2, Hk, D) gradient, k and v of one packed input.
+  Valid packed;
+  std::vector<float> dkv(2 * 7 * 2 * 2 * 8), kv(dkv.size(), 0.5f);
+  packed.b.dk = dkv.data(), packed.b.dv = dkv.data() + 2 * 8;
+  packed.b.fwd.k = kv.data(), packed.b.fwd.v = kv.data() + 2 * 8;
+  packed.b.dk_batch_stride = packed.b.dv_batch_stride = 7 * 2 * 2 * 8;
+  packed.b.dk_row_stride = packed.b.dv_row_stride = 2 * 2 * 8;
+  packed.b.fwd.k_batch_stride = packed.b.fwd.v_batch_stride = 7 * 2 * 2 * 8;
+  packed.b.fwd.k_row_stride = packed.b.fwd.v_row_stride = 2 * 2 * 8;
+  EXPECT_NO_THROW(backward(packed.b));
+  packed.b.dv = dkv.data() + 2 * 8 - 1;  // one element into dk's last head
+  EXPECT_THROW(backward(packed.b), Error);
+}
+
+TEST(Validation, KvCacheOutputsShareNoMemory) {
+  std::vector<float> k_new(2 * 2 * 8, 0.25f), v_new = k_new;
+  auto append = [&](KvValid& v) {
+    v.p.k_new = k_new.data(), v.p.v_new = v_new.data(), v.p.seqlen_new = 1;
+    v.p.k_new_batch_stride = v.p.v_new_batch_stride = 16;
+    v.p.k_new_row_stride = v.p.v_new_row_stride = 16;
+    v.p.k_new_head_stride = v.p.v_new_head_stride = 8;
+    v.seqlens = {3, 15};
+  };
+  KvValid appends;
+  append(appends);
+  EXPECT_NO_THROW(forward_kvcache(appends.p));
+  // Without an append both caches are read: one buffer may serve as both.
+  KvValid shared;
+  shared.p.fwd.v = shared.p.fwd.k;
+  EXPECT_NO_THROW(forward_kvcache(shared.p));
+  expect_kvcache_error(
+      [&](KvValid& v) {
+        append(v);
+        v.p.fwd.v = v.p.fwd.k;
+      },
+      "k_cache");
+  expect_kvcache_error(
+      [&](KvValid& v) {
+        append(v);
+        v.p.k_new = v.cache.data() + 3 * 16;  // the slots the append writes
+      },
+      "k_cache");
+  expect_kvcache_error([](KvValid& v) { v.p.fwd.out = v.cache.data(); }, "out");
+  expect_kvcache_error([](KvValid& v) { v.p.fwd.softmax_lse = reinterpret_cast<float*>(v.seqlens.data()); },
+                       "softmax_lse");
 }
 
 TEST(Validation, KvCacheWorkspaceSize) {

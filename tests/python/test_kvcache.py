@@ -315,6 +315,9 @@ def test_kvcache_compiles_fullgraph(device):
     # Python ints the library holds in 32 bits: 2**32 + 3 must not wrap around to 3.
     (lambda a: a.update(cache_seqlens=2**32 + 3), "cache_seqlens"),
     (lambda a: a.update(num_splits=2**32 + 1), "num_splits"),
+    # An append writing one cache over the other, or over its own new token.
+    (lambda a: a.update(v_cache=a["k_cache"]), "k_cache"),
+    (lambda a: a.update(k=a["k_cache"][:, 3:4]), "k_cache"),
 ])
 def test_kvcache_bad_input(breaks, argument):
     args = dict(q=torch.randn(2, 1, 4, 32, dtype=torch.bfloat16),
@@ -327,6 +330,25 @@ def test_kvcache_bad_input(breaks, argument):
     with pytest.raises((ValueError, TypeError, RuntimeError)) as info:
         tileattn.flash_attn_with_kvcache(**args)
     assert argument in str(info.value)
+
+
+def test_caches_in_one_buffer(device):
+    """k_cache and v_cache as the halves of one (B, S, 2, Hk, D) tensor interleave without
+    sharing a byte, so an append into them runs and matches separate caches bit for bit; without
+    an append one tensor may be both caches."""
+    dtype = torch.bfloat16
+    q = torch.randn(2, 1, 4, 32, dtype=dtype, device=device)
+    kv = torch.randn(2, 64, 2, 2, 32, dtype=dtype, device=device)
+    k, v = (torch.randn(2, 1, 2, 32, dtype=dtype, device=device) for _ in range(2))
+    seqlens = torch.tensor([3, 40], dtype=torch.int32, device=device)
+    k_cache, v_cache = kv[:, :, 0].clone(), kv[:, :, 1].clone()
+    expect = tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
+    got = tileattn.flash_attn_with_kvcache(q, kv[:, :, 0], kv[:, :, 1], k, v, cache_seqlens=seqlens)
+    assert torch.equal(got, expect)
+    assert torch.equal(kv[:, :, 0], k_cache) and torch.equal(kv[:, :, 1], v_cache)
+    one = tileattn.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=seqlens)
+    assert torch.equal(one, tileattn.flash_attn_with_kvcache(q, k_cache, k_cache.clone(),
+                                                             cache_seqlens=seqlens))
 
 
 needs_cuda = pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA backend")
