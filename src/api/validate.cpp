@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "api/append_slots.h"
 #include "api/memory_overlap.h"
 
 namespace tileattn {
@@ -506,6 +507,7 @@ void validate_kvcache_contents(const KvCacheParams& p) {
       }
     }
   }
+  check_append_slots(p);
 }
 
 void validate_sequence_lengths(const ForwardParams& p) {

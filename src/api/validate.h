@@ -16,7 +16,7 @@ void validate_kvcache(const KvCacheParams& p);
 void validate_sequence_lengths(const ForwardParams& p);
 
 // Rules on the contents of cache_seqlens, cache_batch_idx, cache_leftpad and block_table (host
-// memory, as above).
+// memory, as above), the slots an append writes included (append_slots.h).
 void validate_kvcache_contents(const KvCacheParams& p);
 
 }  // namespace tileattn

@@ -229,6 +229,14 @@ struct KvValid {
     p.cache_seqlens = seqlens.data();
     p.num_cache_entries = 2;
   }
+
+  std::vector<float> k_new = std::vector<float>(2 * 2 * 8, 0.25f), v_new = k_new;
+  void append_one_token() {
+    p.k_new = k_new.data(), p.v_new = v_new.data(), p.seqlen_new = 1;
+    p.k_new_batch_stride = p.v_new_batch_stride = 16;
+    p.k_new_row_stride = p.v_new_row_stride = 16;
+    p.k_new_head_stride = p.v_new_head_stride = 8;
+  }
 };
 
 void expect_kvcache_error(const std::function<void(KvValid&)>& breaks, const std::string& argument) {
@@ -318,12 +326,8 @@ TEST(Validation, OutputsShareNoMemory) {
 }
 
 TEST(Validation, KvCacheOutputsShareNoMemory) {
-  std::vector<float> k_new(2 * 2 * 8, 0.25f), v_new = k_new;
-  auto append = [&](KvValid& v) {
-    v.p.k_new = k_new.data(), v.p.v_new = v_new.data(), v.p.seqlen_new = 1;
-    v.p.k_new_batch_stride = v.p.v_new_batch_stride = 16;
-    v.p.k_new_row_stride = v.p.v_new_row_stride = 16;
-    v.p.k_new_head_stride = v.p.v_new_head_stride = 8;
+  auto append = [](KvValid& v) {
+    v.append_one_token();
     v.seqlens = {3, 15};
   };
   KvValid appends;
@@ -348,6 +352,48 @@ TEST(Validation, KvCacheOutputsShareNoMemory) {
   expect_kvcache_error([](KvValid& v) { v.p.fwd.out = v.cache.data(); }, "out");
   expect_kvcache_error([](KvValid& v) { v.p.fwd.softmax_lse = reinterpret_cast<float*>(v.seqlens.data()); },
                        "softmax_lse");
+}
+
+// An append's slots against every slot the call uses: a sequence may write only slots that no
+// other sequence (and no other position of its own) uses; read-only sharing stays legal.
+TEST(Validation, KvCacheAppendSlots) {
+  // Pages of 16 rows, two columns a block-table row, four pages.
+  auto paged = [&](KvValid& v, std::vector<int32_t> table, std::vector<int32_t> seqlens) {
+    v.append_one_token();
+    v.cache.assign(4 * 16 * 16, 0.5f), v.cache_v = v.cache;
+    v.p.fwd.k = v.cache.data(), v.p.fwd.v = v.cache_v.data();
+    v.table = std::move(table), v.seqlens = std::move(seqlens);
+    v.p.cache_seqlens = v.seqlens.data();
+    v.p.block_table = v.table.data(), v.p.block_table_batch_stride = 2, v.p.max_blocks = 2;
+    v.p.num_blocks = 4, v.p.page_size = 16, v.p.fwd.seqlen_k = 32;
+  };
+  auto passes = [](KvValid& v) {
+    EXPECT_NO_THROW(forward_kvcache(v.p));
+  };
+  // One cache entry for both sequences: refused with an append, fine without.
+  KvValid shared_entry;
+  shared_entry.batch_idx = {1, 1};
+  shared_entry.p.cache_batch_idx = shared_entry.batch_idx.data();
+  shared_entry.seqlens = {3, 9};
+  passes(shared_entry);
+  expect_kvcache_error(
+      [&](KvValid& v) {
+        v.append_one_token();
+        v.batch_idx = {1, 1}, v.seqlens = {3, 9};
+        v.p.cache_batch_idx = v.batch_idx.data();
+      },
+      "cache_batch_idx");
+  // A shared prefix page (page 0) with each append in a page of its own.
+  KvValid prefix;
+  paged(prefix, {0, 1, 0, 2}, {20, 25});
+  passes(prefix);
+  // The same tables with sequence 0 appending into the shared page.
+  expect_kvcache_error([&](KvValid& v) { paged(v, {0, 1, 0, 2}, {5, 25}); }, "block_table");
+  // Both append into page 1, row 4; then one appends into a row the other reads.
+  expect_kvcache_error([&](KvValid& v) { paged(v, {0, 1, 2, 1}, {20, 20}); }, "block_table");
+  expect_kvcache_error([&](KvValid& v) { paged(v, {0, 1, 2, 1}, {20, 18}); }, "block_table");
+  // One sequence's table repeats page 1: its append at position 20 lands on its position 4.
+  expect_kvcache_error([&](KvValid& v) { paged(v, {1, 1, 0, 2}, {20, 3}); }, "block_table");
 }
 
 TEST(Validation, KvCacheWorkspaceSize) {

@@ -318,6 +318,8 @@ def test_kvcache_compiles_fullgraph(device):
     # An append writing one cache over the other, or over its own new token.
     (lambda a: a.update(v_cache=a["k_cache"]), "k_cache"),
     (lambda a: a.update(k=a["k_cache"][:, 3:4]), "k_cache"),
+    # Two sequences appending into one cache entry (the library checks this on the CPU).
+    (lambda a: a.update(cache_batch_idx=torch.tensor([1, 1], dtype=torch.int32)), "cache_batch_idx"),
 ])
 def test_kvcache_bad_input(breaks, argument):
     args = dict(q=torch.randn(2, 1, 4, 32, dtype=torch.bfloat16),
