@@ -102,7 +102,9 @@ def test_cuda_workspace_is_sized_and_checked_before_anything_runs():
     v_cache = torch.randn_like(k_cache)
     k, v = torch.randn(2, 1, 1, 8, 128, dtype=torch.bfloat16, device="cuda")
     seqlens = torch.tensor([1000], dtype=torch.int32, device="cuda")
-    params, _, _, copies = _kvcache_ops.kvcache_params(
+    # out and lse held: freed, their memory could come back as `small` below, which the library
+    # then refuses as a workspace sharing memory with out.
+    params, out, lse, copies = _kvcache_ops.kvcache_params(
         q, k_cache, v_cache, k, v, None, None, seqlens, None, None, None, 128 ** -0.5, -1, -1, 0.0,
         True, None, 0)
     assert not copies
