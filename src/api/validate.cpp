@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
-#include <initializer_list>
-#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -29,73 +27,6 @@ template <typename... Parts>
 
 bool is_varlen(const ForwardParams& p) { return p.cu_seqlens_q != nullptr; }
 
-void check_pointer(const void* ptr, const char* name, int64_t elements) {
-  if (ptr == nullptr && elements > 0) invalid(name, name, " is a null pointer");
-}
-
-// One dim of a tensor view: how many indices and how far apart, in elements.
-struct Dim {
-  int64_t size;
-  int64_t stride;
-};
-
-// The outer dims of a tensor view, at most 3, held in place: validation runs on every call, and
-// a heap vector per tensor cost ~10% of a decode call's validation.
-struct DimList {
-  static constexpr int kMax = 3;
-  Dim dims[kMax];
-  int count = 0;
-
-  DimList(std::initializer_list<Dim> list) {
-    for (const Dim& d : list) push_back(d);
-  }
-  void push_back(const Dim& d) {
-    if (count == kMax) throw std::logic_error("DimList holds at most 3 dims");
-    dims[count++] = d;
-  }
-  const Dim* begin() const { return dims; }
-  const Dim* end() const { return dims + count; }
-};
-
-// A tensor we write must not have two indices on one element, or the result depends on the
-// order of the writes.  Sorted by stride, each dim must step past everything the dims inside
-// it span.  dims excludes the contiguous innermost dim, whose extent is `inner`.
-void check_strides(const char* name, const DimList& dims, int64_t inner, bool written) {
-  for (const Dim& d : dims) {
-    if (d.stride < 0) invalid(name, name, " has a negative stride (", d.stride, ")");
-  }
-  if (!written) return;
-  Dim sorted[DimList::kMax];
-  int n = 0;
-  for (const Dim& d : dims) {
-    if (d.size > 1) sorted[n++] = d;
-  }
-  for (int i = 1; i < n; ++i) {  // by stride; std::sort trips GCC 12's -Warray-bounds here
-    for (int j = i; j > 0 && sorted[j - 1].stride > sorted[j].stride; --j) std::swap(sorted[j - 1], sorted[j]);
-  }
-  int64_t span = inner;  // elements covered by the dims checked so far
-  for (int i = 0; i < n; ++i) {
-    const Dim& d = sorted[i];
-    if (d.stride < span) {
-      invalid(name, name, " has overlapping elements: a stride of ", d.stride,
-              " is smaller than the ", span, " elements the inner dims span");
-    }
-    span = d.stride * (d.size - 1) + span;
-  }
-}
-
-// The (rows, heads, head_dim) view of q-, k- or v-shaped tensors, in either batch or varlen form.
-void check_qkv_like(const ForwardParams& p, const char* name, const void* ptr, int64_t batch_stride,
-                    int64_t row_stride, int64_t head_stride, int64_t rows_per_batch,
-                    int64_t total_rows, int heads, bool written) {
-  const int64_t batches = is_varlen(p) ? 1 : p.batch;
-  const int64_t rows = is_varlen(p) ? total_rows : rows_per_batch;
-  check_pointer(ptr, name, batches * rows * heads * p.head_dim);
-  DimList dims = {{rows, row_stride}, {heads, head_stride}};
-  if (!is_varlen(p)) dims.push_back({batches, batch_stride});
-  check_strides(name, dims, p.head_dim, written);
-}
-
 const char* dtype_name(tileattn_dtype dtype) {
   switch (dtype) {
     case TILEATTN_FLOAT16: return "float16";
@@ -106,6 +37,69 @@ const char* dtype_name(tileattn_dtype dtype) {
 }
 
 int element_bytes(tileattn_dtype dtype) { return dtype == TILEATTN_FLOAT32 ? 4 : 2; }
+
+// A (batches, rows, heads, head_dim) tensor of the call's dtype; batches < 0: no batch dim (varlen).
+MemoryView rows_view(const ForwardParams& p, const char* name, const void* ptr, int64_t batches,
+                     int64_t batch_stride, int64_t rows, int64_t row_stride, int heads, int64_t head_stride) {
+  const int bytes = element_bytes(p.dtype);
+  MemoryView view(name, ptr, p.head_dim * bytes);
+  view.dim(rows, row_stride, bytes).dim(heads, head_stride, bytes);
+  if (batches >= 0) view.dim(batches, batch_stride, bytes);
+  return view;
+}
+
+// A q-, k- or v-shaped tensor, in batch or varlen form.
+MemoryView qkv_view(const ForwardParams& p, const char* name, const void* ptr, int64_t batch_stride,
+                    int64_t row_stride, int64_t head_stride, int64_t rows_per_batch,
+                    int64_t total_rows, int heads) {
+  return is_varlen(p) ? rows_view(p, name, ptr, -1, 0, total_rows, row_stride, heads, head_stride)
+                      : rows_view(p, name, ptr, p.batch, batch_stride, rows_per_batch, row_stride, heads, head_stride);
+}
+
+// softmax_lse: float32 (B, H, Sq), or (H, total_q) in varlen form; its rows are contiguous.
+MemoryView lse_view(const ForwardParams& p) {
+  MemoryView view("softmax_lse", p.softmax_lse, (is_varlen(p) ? p.total_q : p.seqlen_q) * 4);
+  view.dim(p.num_heads, p.lse_head_stride, 4);
+  if (!is_varlen(p)) view.dim(p.batch, p.lse_batch_stride, 4);
+  return view;
+}
+
+MemoryView probs_view(const ForwardParams& p) {
+  return MemoryView("attn_probs", p.attn_probs, int64_t{p.seqlen_k} * 4)
+      .dim(p.seqlen_q, p.probs_row_stride, 4)
+      .dim(p.num_heads, p.probs_head_stride, 4)
+      .dim(p.batch, p.probs_batch_stride, 4);
+}
+
+// A tensor argument's own rules: a pointer when it has elements, no negative stride, and, for a
+// tensor the call writes, no two indices on one element (or the result depends on the order of
+// the writes): sorted by stride, each dim must step past everything the dims inside it span.
+// Messages count elements of `element` bytes.
+void check_view(const MemoryView& v, int element, bool written) {
+  int64_t elements = v.inner_bytes / element;
+  for (int d = 0; d < v.num_dims; ++d) {
+    elements *= v.dims[d].size;
+    if (v.dims[d].stride < 0) invalid(v.name, v.name, " has a negative stride (", v.dims[d].stride / element, ")");
+  }
+  if (v.base == 0 && elements > 0) invalid(v.name, v.name, " is a null pointer");
+  if (!written) return;
+  ByteDim sorted[MemoryView::kMaxDims];
+  int n = 0;
+  for (int d = 0; d < v.num_dims; ++d) {
+    if (v.dims[d].size > 1) sorted[n++] = v.dims[d];
+  }
+  for (int i = 1; i < n; ++i) {  // by stride; std::sort trips GCC 12's -Warray-bounds here
+    for (int j = i; j > 0 && sorted[j - 1].stride > sorted[j].stride; --j) std::swap(sorted[j - 1], sorted[j]);
+  }
+  int64_t span = v.inner_bytes;  // bytes covered by the dims checked so far
+  for (int i = 0; i < n; ++i) {
+    if (sorted[i].stride < span) {
+      invalid(v.name, v.name, " has overlapping elements: a stride of ", sorted[i].stride / element,
+              " is smaller than the ", span / element, " elements the inner dims span");
+    }
+    span += sorted[i].stride * (sorted[i].size - 1);
+  }
+}
 
 // The arguments a call reads and writes, as memory views.  A written view may share no byte with
 // any other: the kernels read and write in no fixed order, so a call whose out lies inside q, or
@@ -120,10 +114,7 @@ class ArgumentViews {
     for (int w = 0; w < num_; ++w) {
       if (!written_[w]) continue;
       for (int o = 0; o < num_; ++o) {
-        if (o == w || (written_[o] && o < w)) continue;
-        // Apart as byte ranges: almost every call stops here, before the stride search.
-        if (end_[w] <= views_[o].base || end_[o] <= views_[w].base) continue;
-        if (!views_share_bytes(views_[w], views_[o])) continue;
+        if (o == w || (written_[o] && o < w) || !views_share_bytes(views_[w], views_[o])) continue;
         const char* name = views_[w].name;
         const char* other = views_[o].name;
         if (written_[o]) {
@@ -142,54 +133,33 @@ class ArgumentViews {
   void add(const MemoryView& v, bool written) {
     if (v.empty()) return;
     views_[num_] = v;
-    end_[num_] = v.base + v.extent();
     written_[num_++] = written;
   }
 
   MemoryView views_[kMaxViews];
-  uintptr_t end_[kMaxViews];
-  bool written_[kMaxViews];  // views_, end_ and written_ hold num_ entries
+  bool written_[kMaxViews];  // views_ and written_ hold num_ entries
   int num_ = 0;
 };
-
-// A q-, k- or v-shaped tensor, in batch or varlen form.
-MemoryView qkv_view(const ForwardParams& p, const char* name, const void* ptr, int64_t batch_stride,
-                    int64_t row_stride, int64_t head_stride, int64_t rows_per_batch,
-                    int64_t total_rows, int heads) {
-  const int bytes = element_bytes(p.dtype);
-  MemoryView view(name, ptr, p.head_dim * bytes);
-  view.dim(is_varlen(p) ? total_rows : rows_per_batch, row_stride, bytes).dim(heads, head_stride, bytes);
-  if (!is_varlen(p)) view.dim(p.batch, batch_stride, bytes);
-  return view;
-}
 
 MemoryView int32_view(const char* name, const int32_t* ptr, int64_t count) {
   return MemoryView(name, ptr, count * 4);
 }
 
+// The forward's tensor arguments, described once for their own rules and for the overlaps.
+struct ForwardViews {
+  MemoryView q, k, v, out, lse, probs;
+};
+
 // The forward's arguments; out, softmax_lse and attn_probs are outputs of a forward and inputs of
 // a backward.
-void add_forward_views(const ForwardParams& p, bool outputs_written, ArgumentViews& views) {
-  views.read(qkv_view(p, "q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.seqlen_q,
-                      p.total_q, p.num_heads));
-  views.read(qkv_view(p, "k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.seqlen_k,
-                      p.total_k, p.num_heads_k));
-  views.read(qkv_view(p, "v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.seqlen_k,
-                      p.total_k, p.num_heads_k));
-  views.read_or_written(qkv_view(p, "out", p.out, p.out_batch_stride, p.out_row_stride,
-                                 p.out_head_stride, p.seqlen_q, p.total_q, p.num_heads),
-                        outputs_written);
-  const int64_t lse_rows = is_varlen(p) ? p.total_q : p.seqlen_q;
-  MemoryView lse("softmax_lse", p.softmax_lse, lse_rows * 4);
-  lse.dim(p.num_heads, p.lse_head_stride, 4);
-  if (!is_varlen(p)) lse.dim(p.batch, p.lse_batch_stride, 4);
-  views.read_or_written(lse, outputs_written);
-  if (outputs_written && p.attn_probs != nullptr) {
-    views.written(MemoryView("attn_probs", p.attn_probs, int64_t{p.seqlen_k} * 4)
-                      .dim(p.seqlen_q, p.probs_row_stride, 4)
-                      .dim(p.num_heads, p.probs_head_stride, 4)
-                      .dim(p.batch, p.probs_batch_stride, 4));
-  }
+void add_forward_views(const ForwardParams& p, const ForwardViews& t, bool outputs_written,
+                       ArgumentViews& views) {
+  views.read(t.q);
+  views.read(t.k);
+  views.read(t.v);
+  views.read_or_written(t.out, outputs_written);
+  views.read_or_written(t.lse, outputs_written);
+  if (outputs_written) views.written(t.probs);
   MemoryView slopes("alibi_slopes", p.alibi_slopes, int64_t{p.num_heads} * 4);
   if (p.alibi_batch_stride != 0) slopes.dim(p.batch, p.alibi_batch_stride, 4);
   views.read(slopes);
@@ -264,47 +234,41 @@ void check_varlen_struct(const ForwardParams& p) {
   if (p.total_k < 0) invalid("k", "k has ", p.total_k, " packed rows; it must be >= 0");
 }
 
-void check_lse(const ForwardParams& p) {
-  const int64_t rows = is_varlen(p) ? p.total_q : p.seqlen_q;
-  const int64_t batches = is_varlen(p) ? 1 : p.batch;
-  check_pointer(p.softmax_lse, "softmax_lse", batches * p.num_heads * rows);
-  DimList dims = {{p.num_heads, p.lse_head_stride}};
-  if (!is_varlen(p)) dims.push_back({batches, p.lse_batch_stride});
-  check_strides("softmax_lse", dims, rows, /*written=*/true);
-}
-
-void check_probs(const ForwardParams& p) {
-  if (p.attn_probs == nullptr) return;
-  check_strides("attn_probs",
-                {{p.batch, p.probs_batch_stride}, {p.num_heads, p.probs_head_stride},
-                 {p.seqlen_q, p.probs_row_stride}},
-                p.seqlen_k, /*written=*/true);
-}
-
 // Every rule of validate_forward but the memory overlaps, which depend on what the call writes.
-void check_forward_struct(const ForwardParams& p) {
+ForwardViews check_forward_struct(const ForwardParams& p) {
   check_dtype_and_device(p);
   check_sizes(p);
   check_varlen_struct(p);
   check_options(p);
-  check_qkv_like(p, "q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.seqlen_q,
-                 p.total_q, p.num_heads, false);
-  check_qkv_like(p, "k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.seqlen_k,
-                 p.total_k, p.num_heads_k, false);
-  check_qkv_like(p, "v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.seqlen_k,
-                 p.total_k, p.num_heads_k, false);
-  check_qkv_like(p, "out", p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride,
-                 p.seqlen_q, p.total_q, p.num_heads, true);
-  check_lse(p);
-  check_probs(p);
+  ForwardViews t;
+  t.q = qkv_view(p, "q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.seqlen_q, p.total_q,
+                 p.num_heads);
+  t.k = qkv_view(p, "k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.seqlen_k, p.total_k,
+                 p.num_heads_k);
+  t.v = qkv_view(p, "v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.seqlen_k, p.total_k,
+                 p.num_heads_k);
+  t.out = qkv_view(p, "out", p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, p.seqlen_q,
+                   p.total_q, p.num_heads);
+  t.lse = lse_view(p);
+  const int bytes = element_bytes(p.dtype);
+  check_view(t.q, bytes, false);
+  check_view(t.k, bytes, false);
+  check_view(t.v, bytes, false);
+  check_view(t.out, bytes, true);
+  check_view(t.lse, 4, true);
+  if (p.attn_probs != nullptr) {
+    t.probs = probs_view(p);
+    check_view(t.probs, 4, true);
+  }
+  return t;
 }
 
 }  // namespace
 
 void validate_forward(const ForwardParams& p) {
-  check_forward_struct(p);
+  const ForwardViews tensors = check_forward_struct(p);
   ArgumentViews views;
-  add_forward_views(p, /*outputs_written=*/true, views);
+  add_forward_views(p, tensors, /*outputs_written=*/true, views);
   views.check_disjoint();
 }
 
@@ -324,61 +288,51 @@ void validate_backward(const BackwardParams& p) {
   // The forward's arguments, read again: out and softmax_lse are inputs here.
   ForwardParams f = p.fwd;
   f.attn_probs = nullptr;
-  check_forward_struct(f);
-  check_qkv_like(f, "dout", p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride,
-                 f.seqlen_q, f.total_q, f.num_heads, false);
-  check_qkv_like(f, "dq", p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, f.seqlen_q,
-                 f.total_q, f.num_heads, true);
-  check_qkv_like(f, "dk", p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, f.seqlen_k,
-                 f.total_k, f.num_heads_k, true);
-  check_qkv_like(f, "dv", p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, f.seqlen_k,
-                 f.total_k, f.num_heads_k, true);
+  const ForwardViews tensors = check_forward_struct(f);
+  const int bytes = element_bytes(f.dtype);
+  const MemoryView dout = qkv_view(f, "dout", p.dout, p.dout_batch_stride, p.dout_row_stride,
+                                   p.dout_head_stride, f.seqlen_q, f.total_q, f.num_heads);
+  const MemoryView dq = qkv_view(f, "dq", p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride,
+                                 f.seqlen_q, f.total_q, f.num_heads);
+  const MemoryView dk = qkv_view(f, "dk", p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride,
+                                 f.seqlen_k, f.total_k, f.num_heads_k);
+  const MemoryView dv = qkv_view(f, "dv", p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride,
+                                 f.seqlen_k, f.total_k, f.num_heads_k);
+  check_view(dout, bytes, false);
+  check_view(dq, bytes, true);
+  check_view(dk, bytes, true);
+  check_view(dv, bytes, true);
   ArgumentViews views;
-  add_forward_views(f, /*outputs_written=*/false, views);
-  views.read(qkv_view(f, "dout", p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride,
-                      f.seqlen_q, f.total_q, f.num_heads));
-  views.written(qkv_view(f, "dq", p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride,
-                         f.seqlen_q, f.total_q, f.num_heads));
-  views.written(qkv_view(f, "dk", p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride,
-                         f.seqlen_k, f.total_k, f.num_heads_k));
-  views.written(qkv_view(f, "dv", p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride,
-                         f.seqlen_k, f.total_k, f.num_heads_k));
+  add_forward_views(f, tensors, /*outputs_written=*/false, views);
+  views.read(dout);
+  views.written(dq);
+  views.written(dk);
+  views.written(dv);
   views.written(MemoryView("workspace", p.workspace, p.workspace_bytes));
   views.check_disjoint();
 }
 
 namespace {
 
-// q_side: the forward's struct with no keys (out, lse, q, ALiBi); the caches are (cache_batches,
-// cache_rows, Hk, D), entries or pages.  The caches are written only by an append: without one,
-// k_cache may be v_cache.
+// The cache-side tensors of a decode call: the caches (entries or pages, rows, Hk, D) and the new
+// tokens (empty views without an append).
+struct KvCacheViews {
+  MemoryView k_cache, v_cache, k_new, v_new;
+};
+
+// q_side: the forward's struct with no keys (out, lse, q, ALiBi) and its views.  The caches are
+// written only by an append: without one, k_cache may be v_cache.
 void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
-                            int64_t cache_batches, int64_t cache_rows) {
+                            const ForwardViews& q_tensors, const KvCacheViews& t) {
   const ForwardParams& f = p.fwd;
-  const int bytes = element_bytes(f.dtype);
   const bool appends = p.k_new != nullptr;
+  const int bytes = element_bytes(f.dtype);
   ArgumentViews views;
-  add_forward_views(q_side, /*outputs_written=*/true, views);
-  views.read_or_written(MemoryView("k_cache", f.k, f.head_dim * bytes)
-                            .dim(cache_batches, f.k_batch_stride, bytes)
-                            .dim(cache_rows, f.k_row_stride, bytes)
-                            .dim(f.num_heads_k, f.k_head_stride, bytes),
-                        appends);
-  views.read_or_written(MemoryView("v_cache", f.v, f.head_dim * bytes)
-                            .dim(cache_batches, f.v_batch_stride, bytes)
-                            .dim(cache_rows, f.v_row_stride, bytes)
-                            .dim(f.num_heads_k, f.v_head_stride, bytes),
-                        appends);
-  if (appends) {
-    views.read(MemoryView("k", p.k_new, f.head_dim * bytes)
-                   .dim(f.batch, p.k_new_batch_stride, bytes)
-                   .dim(p.seqlen_new, p.k_new_row_stride, bytes)
-                   .dim(f.num_heads_k, p.k_new_head_stride, bytes));
-    views.read(MemoryView("v", p.v_new, f.head_dim * bytes)
-                   .dim(f.batch, p.v_new_batch_stride, bytes)
-                   .dim(p.seqlen_new, p.v_new_row_stride, bytes)
-                   .dim(f.num_heads_k, p.v_new_head_stride, bytes));
-  }
+  add_forward_views(q_side, q_tensors, /*outputs_written=*/true, views);
+  views.read_or_written(t.k_cache, appends);
+  views.read_or_written(t.v_cache, appends);
+  views.read(t.k_new);
+  views.read(t.v_new);
   views.read(int32_view("cache_seqlens", p.cache_seqlens, f.batch));
   views.read(int32_view("cache_batch_idx", p.cache_batch_idx, f.batch));
   views.read(int32_view("cache_leftpad", p.cache_leftpad, f.batch));
@@ -435,23 +389,27 @@ void validate_kvcache(const KvCacheParams& p) {
   // first entry; the caches themselves below, as the (entries, rows, Hk, D) tensors they are.
   ForwardParams q_side = f;
   q_side.seqlen_k = 0;
-  check_forward_struct(q_side);
-  check_pointer(f.k, "k_cache", cache_batches * cache_rows);
-  check_pointer(f.v, "v_cache", cache_batches * cache_rows);
+  const ForwardViews q_tensors = check_forward_struct(q_side);
   const bool appends = p.k_new != nullptr;
-  check_strides("k_cache", {{cache_batches, f.k_batch_stride}, {cache_rows, f.k_row_stride}, {f.num_heads_k, f.k_head_stride}},
-                f.head_dim, appends);
-  check_strides("v_cache", {{cache_batches, f.v_batch_stride}, {cache_rows, f.v_row_stride}, {f.num_heads_k, f.v_head_stride}},
-                f.head_dim, appends);
+  const int bytes = element_bytes(f.dtype);
+  KvCacheViews t;
+  t.k_cache = rows_view(f, "k_cache", f.k, cache_batches, f.k_batch_stride, cache_rows, f.k_row_stride,
+                        f.num_heads_k, f.k_head_stride);
+  t.v_cache = rows_view(f, "v_cache", f.v, cache_batches, f.v_batch_stride, cache_rows, f.v_row_stride,
+                        f.num_heads_k, f.v_head_stride);
+  check_view(t.k_cache, bytes, appends);
+  check_view(t.v_cache, bytes, appends);
   if ((p.k_new == nullptr) != (p.v_new == nullptr)) {
     invalid(p.k_new ? "v" : "k", "k and v (the new tokens) must be given together");
   }
   if (appends) {
     if (p.seqlen_new < 1) invalid("k", "k has ", p.seqlen_new, " new tokens; it needs at least 1");
-    check_strides("k", {{f.batch, p.k_new_batch_stride}, {p.seqlen_new, p.k_new_row_stride}, {f.num_heads_k, p.k_new_head_stride}},
-                  f.head_dim, false);
-    check_strides("v", {{f.batch, p.v_new_batch_stride}, {p.seqlen_new, p.v_new_row_stride}, {f.num_heads_k, p.v_new_head_stride}},
-                  f.head_dim, false);
+    t.k_new = rows_view(f, "k", p.k_new, f.batch, p.k_new_batch_stride, p.seqlen_new, p.k_new_row_stride,
+                        f.num_heads_k, p.k_new_head_stride);
+    t.v_new = rows_view(f, "v", p.v_new, f.batch, p.v_new_batch_stride, p.seqlen_new, p.v_new_row_stride,
+                        f.num_heads_k, p.v_new_head_stride);
+    check_view(t.k_new, bytes, false);
+    check_view(t.v_new, bytes, false);
   }
   if ((p.rotary_cos == nullptr) != (p.rotary_sin == nullptr)) {
     invalid(p.rotary_cos ? "rotary_sin" : "rotary_cos", "rotary_cos and rotary_sin must be given together");
@@ -465,7 +423,7 @@ void validate_kvcache(const KvCacheParams& p) {
   }
   if (p.num_splits < 0) invalid("num_splits", "num_splits is ", p.num_splits, "; it must be >= 0");
   check_workspace(p.workspace, p.workspace_bytes);
-  check_kvcache_overlaps(p, q_side, cache_batches, cache_rows);
+  check_kvcache_overlaps(p, q_side, q_tensors, t);
 }
 
 void validate_kvcache_contents(const KvCacheParams& p) {
