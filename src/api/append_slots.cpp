@@ -78,17 +78,14 @@ void check_append_slots(const KvCacheParams& p) {
       for (; w != writes.end() && w->slot < first + count; ++w) {
         const int64_t read_at = position + (w->slot - first);
         if (w->sequence == reader && w->position == read_at) continue;
+        // Two sequences on one cache entry (or block-table row) can only come from cache_batch_idx.
+        const bool shared_entry = w->sequence != reader && slots.row(w->sequence) == slots.row(reader);
         std::ostringstream message;
-        const bool same_row = slots.row(w->sequence) == slots.row(reader);
         message << "sequence " << w->sequence << " appends its position " << w->position << " into "
                 << slots.describe(w->slot) << ", which sequence " << reader << " uses as its position "
                 << read_at << ": the append would race with that read";
-        if (same_row && w->sequence != reader) {
-          message << " (both sequences use cache_batch_idx " << slots.row(reader) << ")";
-        }
-        throw Error(ErrorCode::kInvalidArgument,
-                    same_row && w->sequence != reader && p.cache_batch_idx ? "cache_batch_idx" : "block_table",
-                    message.str());
+        if (shared_entry) message << " (both sequences use cache_batch_idx " << slots.row(reader) << ")";
+        throw Error(ErrorCode::kInvalidArgument, shared_entry ? "cache_batch_idx" : "block_table", message.str());
       }
     });
   }
