@@ -32,9 +32,9 @@ struct DecodeArgs {
   bool vector_q, vector_k, vector_v;  // 16-byte loads are aligned for q and the caches
   float* o_partial;           // (num_splits, B, H, Sq, D) float32 when num_splits > 1
   float* lse_partial;         // (num_splits, B, H, Sq), natural log, -inf for an empty split
-  // page_size for paged calls: the TMA loop's page lookups and in-page rows divide by it at every
-  // request, lane 0's path to the next block's issue (tma_block_loop.cuh).  Last, so the fields
-  // above keep their offsets in the kernels' parameter block.
+  // page_size for paged calls: both loops' page lookups and in-page rows divide by it at every
+  // request, lane 0's path to the next block's issue in the TMA loop (tma_block_loop.cuh).  Last,
+  // so the fields above keep their offsets in the kernels' parameter block.
   FastDivisor page_div;
 };
 

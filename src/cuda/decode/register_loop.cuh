@@ -36,10 +36,10 @@ __device__ __forceinline__ void register_loop(const DecodeArgs& args, const Sequ
   const tileattn_fwd_params& f = p.fwd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int D = f.head_dim;
-  // The page (or cache entry) chunk c lives in.
+  // The page (or cache entry) chunk c lives in; page_div's multiply-shift, not a runtime division.
   auto chunk_unit = [&](int c) -> int64_t {
     const int pos = w.base + c * kChunk;
-    return p.block_table ? p.block_table[seq.row * p.block_table_batch_stride + pos / p.page_size] : seq.row;
+    return p.block_table ? p.block_table[seq.row * p.block_table_batch_stride + args.page_div.div(pos)] : seq.row;
   };
   const T* k_head = static_cast<const T*>(f.k) + w.kv_head * f.k_head_stride;
   const T* v_head = static_cast<const T*>(f.v) + w.kv_head * f.v_head_stride;
@@ -53,7 +53,7 @@ __device__ __forceinline__ void register_loop(const DecodeArgs& args, const Sequ
     if (chunk + 2 * kWarps < w.end) later_unit = chunk_unit(chunk + 2 * kWarps);
     const int pos0 = w.base + chunk * kChunk;
     const bool bad_page = p.block_table && (unit < 0 || unit >= p.num_blocks);
-    const int64_t slot0 = p.block_table ? pos0 % p.page_size : pos0;
+    const int64_t slot0 = p.block_table ? args.page_div.mod(pos0) : pos0;
     const T* k_chunk = k_head + (bad_page ? 0 : unit) * f.k_batch_stride + slot0 * f.k_row_stride;
     const T* v_chunk = v_head + (bad_page ? 0 : unit) * f.v_batch_stride + slot0 * f.v_row_stride;
     // Zero for keys outside [vis_lo, vis_hi], which are never read.

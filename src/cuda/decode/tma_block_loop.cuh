@@ -56,14 +56,16 @@ struct TmaRing {
   static constexpr int kUsedBytes = 2 * kWarps * kStages * kTileBytes + kWarps * kStages * 8;
 };
 
-// The page (or cache entry) of cache position pos, and whether it is a page that exists.
-__device__ __forceinline__ int64_t position_unit(const tileattn_kvcache_params& p, const SequenceKeys& seq, int pos,
-                                                 bool& ok) {
+// The page (or cache entry) of cache position pos, and whether it is a page that exists.  The page
+// index comes from page_div's multiply-shift, like the page window's (page_ahead), not from a
+// runtime division (~25 dependent instructions on lane 0's path to the request).
+__device__ __forceinline__ int64_t position_unit(const DecodeArgs& args, const SequenceKeys& seq, int pos, bool& ok) {
+  const tileattn_kvcache_params& p = args.p;
   if (p.block_table == nullptr) {
     ok = true;
     return seq.row;
   }
-  const int64_t unit = p.block_table[seq.row * p.block_table_batch_stride + pos / p.page_size];
+  const int64_t unit = p.block_table[seq.row * p.block_table_batch_stride + args.page_div.div(pos)];
   ok = unit >= 0 && unit < p.num_blocks;
   return unit;
 }
@@ -132,10 +134,10 @@ __device__ __forceinline__ int window_page(const PageWindow& pw, int i) {
 
 // The page of the box of keys from pos, and whether it exists: from the window when it is on (the
 // window's page of this block), else from block_table.
-__device__ __forceinline__ int64_t box_unit(const tileattn_kvcache_params& p, const SequenceKeys& seq, int pos,
+__device__ __forceinline__ int64_t box_unit(const DecodeArgs& args, const SequenceKeys& seq, int pos,
                                             const PageWindow& pw, int page, bool& ok) {
-  if (!pw.on) return position_unit(p, seq, pos, ok);
-  ok = page >= 0 && page < p.num_blocks;
+  if (!pw.on) return position_unit(args, seq, pos, ok);
+  ok = page >= 0 && page < args.p.num_blocks;
   return page;
 }
 
@@ -170,7 +172,7 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
   uint32_t bytes = 0;
   for (int j = 0; j < Ring::kKeys; j += box) {
     bool ok = false;
-    if (box_visible(w, pos0 + j, box)) box_unit(p, seq, pos0 + j, pw, page, ok);
+    if (box_visible(w, pos0 + j, box)) box_unit(args, seq, pos0 + j, pw, page, ok);
     if (ok) bytes += 2 * Ring::kSlabs * box * 128;
   }
   fence_proxy_async();  // the warp's reads (and edge fills) of this stage before TMA rewrites it
@@ -182,7 +184,7 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
   for (int j = 0; j < Ring::kKeys; j += box) {
     if (!box_visible(w, pos0 + j, box)) continue;
     bool ok;
-    const int64_t unit = box_unit(p, seq, pos0 + j, pw, page, ok);
+    const int64_t unit = box_unit(args, seq, pos0 + j, pw, page, ok);
     if (!ok) continue;
     // The key's row in its page: a multiply and a shift (page_div) instead of a runtime division.
     const int row = p.block_table ? args.page_div.mod(pos0 + j) : pos0 + j;
@@ -225,7 +227,7 @@ __device__ __forceinline__ void fill_unloaded_rows(const DecodeArgs& args, const
       continue;
     }
     bool ok;
-    position_unit(args.p, seq, box_start, ok);
+    position_unit(args, seq, box_start, ok);
     if (!ok) {
       const uint4 nan = make_uint4(kNanPair<T>, kNanPair<T>, kNanPair<T>, kNanPair<T>);
       *reinterpret_cast<uint4*>(k_tile + offset) = nan;
@@ -292,7 +294,7 @@ __device__ __forceinline__ void copy_new_row(const DecodeArgs& args, const Seque
   // Visible only (fill_unloaded_rows zeroed V outside [vis_lo, vis_hi], as 0 x NaN would be NaN);
   // on a page that does not exist the row keeps fill_unloaded_rows' NaN, as append_token skips it.
   bool ok = pos >= w.vis_lo && pos <= w.vis_hi;
-  if (ok) position_unit(args.p, seq, pos0 + key / args.tma_box_keys * args.tma_box_keys, ok);
+  if (ok) position_unit(args, seq, pos0 + key / args.tma_box_keys * args.tma_box_keys, ok);
   if (ok && lane < kCols) {
     const uint32_t offset = tile_offset<Ring::kKeys>(key, lane);
     *reinterpret_cast<uint4*>(k_tile + offset) = reinterpret_cast<const uint4*>(staging)[lane];
@@ -326,7 +328,7 @@ __device__ __forceinline__ void tma_block_step(const DecodeArgs& args, const Seq
     const int box = block_box_keys<kKeys>(pw, args);
     for (int j = 0; j < kKeys && args.p.block_table; j += box) {
       bool ok = true;
-      if (box_visible(w, pos0 + j, box)) box_unit(args.p, seq, pos0 + j, pw, page, ok);
+      if (box_visible(w, pos0 + j, box)) box_unit(args, seq, pos0 + j, pw, page, ok);
       all_pages = all_pages && ok;
     }
     if (!inside || !all_pages) {
