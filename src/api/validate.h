@@ -12,7 +12,8 @@ void validate_backward(const BackwardParams& p);
 void validate_kvcache(const KvCacheParams& p);
 
 // Rules on the contents of cu_seqlens_q/k and seqused_k.  They read those arrays, so they need
-// host memory: the CPU backend runs them, the CUDA backend only in a debug mode (a device sync).
+// host memory: the CPU backend runs them; on CUDA the kernels apply them per sequence instead
+// (sequence_in_bounds in common/sequence.h) and a call that breaks one gets NaN outputs.
 void validate_sequence_lengths(const ForwardParams& p);
 
 // Rules on the contents of cache_seqlens, cache_batch_idx, cache_leftpad and block_table (host

@@ -37,6 +37,26 @@ TILEATTN_HOST_DEVICE SequenceView sequence_view(const tileattn_fwd_params& p, in
   return s;
 }
 
+// Whether sequence b's cu_seqlens / seqused_k entries obey validate_sequence_lengths' rules: its
+// rows inside the packed tensors and no longer than max_seqlen, its seqused_k within its keys.  The
+// CPU backend checks the arrays on the host; on CUDA they stay unread there (a read would sync and
+// break CUDA-graph capture), so every kernel that reads a sequence's rows skips a sequence for which
+// this is false (no read or write out of bounds), and poison_out_of_bounds_forward / _backward
+// (cuda/index_poison.h) then write NaN over every output of the call.  A separate test rather than
+// an emptied SequenceView: computed into the view, the selects kept its fields in registers through
+// the FA2 backward's main loop, which then spilled (0 -> 194 spill instructions at d64).
+TILEATTN_HOST_DEVICE bool sequence_in_bounds(const tileattn_fwd_params& p, int b) {
+  int64_t keys = p.seqlen_k;
+  if (p.cu_seqlens_q != nullptr) {
+    const int64_t q0 = p.cu_seqlens_q[b], q1 = p.cu_seqlens_q[b + 1];
+    const int64_t k0 = p.cu_seqlens_k[b], k1 = p.cu_seqlens_k[b + 1];
+    if (q0 < 0 || q1 < q0 || q1 > p.total_q || q1 - q0 > p.seqlen_q) return false;
+    if (k0 < 0 || k1 < k0 || k1 > p.total_k || k1 - k0 > p.seqlen_k) return false;
+    keys = k1 - k0;
+  }
+  return p.seqused_k == nullptr || (p.seqused_k[b] >= 0 && p.seqused_k[b] <= keys);
+}
+
 // Element offset of (row, head) of a tensor with the given strides, for sequence s.
 TILEATTN_HOST_DEVICE int64_t q_offset(const SequenceView& s, int64_t batch_stride,
                                       int64_t row_stride, int64_t head_stride, int row, int head) {

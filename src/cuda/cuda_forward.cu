@@ -17,6 +17,7 @@
 #include "common/philox.h"
 #include "cuda/check.h"
 #include "cuda/device_checks.h"
+#include "cuda/index_poison.h"
 #include "cuda/kernel_family.h"
 #include "cuda/launch_api.h"
 #include "cuda/simple_kernels.h"
@@ -142,6 +143,7 @@ void cuda_forward(const ForwardParams& p) {
     launch_fallback_forward(args, stream);
   }
   if (p.attn_probs != nullptr) launch_attn_probs(args, stream);
+  poison_out_of_bounds_forward(p, stream);
 }
 
 }  // namespace tileattn

@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) fwd_kernel(const __grid_
   const TileCoords tile = current_tile();
   const SequenceView seq = sequence_view(p, tile.batch);
   const int m0 = tile.m_block * Traits::kBlockM;
+  if (!sequence_in_bounds(p, tile.batch)) return;  // bad cu_seqlens / seqused_k: index_poison.h
   if (m0 >= seq.seqlen_q) return;  // varlen: this sequence is shorter than max_seqlen_q
   const int kv_head = tile.head / (p.num_heads / p.num_heads_k);  // GQA / MQA
 

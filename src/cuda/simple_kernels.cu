@@ -51,7 +51,7 @@ template <typename Element>
 __global__ void attn_probs_kernel(const FwdKernelArgs args) {
   const ForwardParams& p = args.params;
   const RowCoords rc = row_coords();
-  if (rc.row >= p.seqlen_q) return;
+  if (rc.row >= p.seqlen_q || !sequence_in_bounds(p, rc.b)) return;  // index_poison.h fills those
   const SequenceView seq = sequence_view(p, rc.b);
   const int kv_head = rc.h / (p.num_heads / p.num_heads_k);
   float* out = p.attn_probs + rc.b * p.probs_batch_stride + rc.h * p.probs_head_stride +
@@ -81,6 +81,7 @@ template <typename Element>
 __global__ void fallback_forward_kernel(const FwdKernelArgs args) {
   const ForwardParams& p = args.params;
   const RowCoords rc = row_coords();
+  if (!sequence_in_bounds(p, rc.b)) return;  // bad cu_seqlens / seqused_k: index_poison.h
   const SequenceView seq = sequence_view(p, rc.b);
   if (rc.row >= seq.seqlen_q) return;
   const int kv_head = rc.h / (p.num_heads / p.num_heads_k);

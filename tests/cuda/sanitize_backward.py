@@ -1,6 +1,8 @@
 """A few small forward + backward calls on CUDA for compute-sanitizer (memcheck / racecheck):
 ragged varlen, GQA, causal, head dims off the buckets, deterministic and atomic dQ, the shapes
-of the warp-specialized Hopper kernel.
+of the warp-specialized Hopper kernel; and varlen calls whose cu_seqlens / seqused_k point far
+outside the packed tensors, which must read and write nothing out of bounds and give NaN
+(sequence_view's in_bounds, src/cuda/index_poison.h).
 
     compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_backward.py
 """
@@ -31,8 +33,31 @@ def run():
     v = torch.randn(108, 2, 96, device=dev, dtype=dt, requires_grad=True)
     out = tileattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True)
     out.backward(torch.randn_like(out))
+    out_of_bounds_indices(dev, dt)
     torch.cuda.synchronize()
     print("sanitize_backward: done")
+
+
+def out_of_bounds_indices(dev, dt):
+    """Over 300 packed rows of sequences of 100 and 200 (max_seqlen 200): entries a million rows
+    out, backwards, negative, longer than max_seqlen, and seqused_k past the keys."""
+    far = 1 << 20
+    cases = [([0, 100, far], [0, 100, 300], None), ([0, far, 300], [0, 100, 300], None),
+             ([0, 100, 300], [-far, 100, 300], None), ([0, 250, 100], [0, 100, 300], None),
+             ([0, 100, 300], [0, 100, 300], [far, 200]), ([0, 100, 300], [0, 100, 300], [-1, 200])]
+    index = lambda values: torch.tensor(values, dtype=torch.int32, device=dev)  # noqa: E731
+    for d in (64, 128):
+        q = torch.randn(300, 4, d, device=dev, dtype=dt, requires_grad=True)
+        k = torch.randn(300, 2, d, device=dev, dtype=dt, requires_grad=True)
+        v = torch.randn(300, 2, d, device=dev, dtype=dt, requires_grad=True)
+        for cu_q, cu_k, used in cases:
+            for causal in (False, True):
+                q.grad = k.grad = v.grad = None
+                out = tileattn.flash_attn_varlen_func(q, k, v, index(cu_q), index(cu_k), 200, 200, causal=causal,
+                                                      seqused_k=None if used is None else index(used))
+                out.backward(torch.randn_like(out))
+                for x in (out, q.grad, k.grad, v.grad):
+                    assert torch.isnan(x).all(), (d, cu_q, cu_k, used, causal)
 
 
 if __name__ == "__main__":

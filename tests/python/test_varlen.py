@@ -126,3 +126,37 @@ def test_varlen_deterministic_backward_is_bitwise_stable(device):
         grads.append([x.grad for x in leaves])
     for a, b in zip(*grads):
         assert torch.equal(a, b)
+
+
+# Index arrays that break validate_sequence_lengths' rules, over 12 packed rows of two sequences
+# of 5 and 7 (max_seqlen 7): (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k).
+BAD_INDICES = {
+    "rows past the packed tensor": ([0, 5, 13], [0, 5, 12], 8, None),
+    "not monotone": ([0, 8, 5], [0, 5, 12], 8, None),
+    "negative start": ([-2, 5, 12], [0, 5, 12], 7, None),
+    "longer than max_seqlen": ([0, 5, 12], [0, 5, 12], 6, None),
+    "seqused_k past its keys": ([0, 5, 12], [0, 5, 12], 7, [6, 7]),
+}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("case", list(BAD_INDICES))
+def test_cuda_out_of_bounds_indices_give_nan(case):
+    """The CUDA backend reads no index array on the host (a sync).  A call whose cu_seqlens or
+    seqused_k break a rule the CPU backend raises for gets NaN in every output, forward and
+    backward, and nothing read or written out of bounds (a later call still runs)."""
+    cu_q, cu_k, max_q, used = BAD_INDICES[case]
+    device, dtype = "cuda", torch.bfloat16
+    q = torch.randn(12, 4, 64, dtype=dtype, device=device, requires_grad=True)
+    k = torch.randn(12, 2, 64, dtype=dtype, device=device, requires_grad=True)
+    v = torch.randn(12, 2, 64, dtype=dtype, device=device, requires_grad=True)
+    index = lambda values: torch.tensor(values, dtype=torch.int32, device=device)  # noqa: E731
+    out, lse, _ = flash_attn_varlen_func(q, k, v, index(cu_q), index(cu_k), max_q, 7,
+                                         seqused_k=None if used is None else index(used),
+                                         return_attn_probs=True)
+    out.backward(torch.randn_like(out))
+    for name, x in (("out", out), ("lse", lse), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
+        assert torch.isnan(x).all(), f"{case}: {name} has non-NaN entries"
+    good = flash_attn_varlen_func(q, k, v, index([0, 5, 12]), index([0, 5, 12]), 7, 7)
+    torch.cuda.synchronize()
+    assert not torch.isnan(good).any()

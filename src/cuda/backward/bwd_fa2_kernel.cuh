@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(Products::Traits::kNThreads, 1) fa2_bwd_kernel
   const int n_block = key_block_of(blockIdx.x, gridDim.x, a.walk_order), b = blockIdx.y, h = blockIdx.z;
   const int n0 = n_block * kBlockN;
   const int group = f.num_heads / f.num_heads_k, head_k = h / group;
+  if (!sequence_in_bounds(f, b)) return;  // bad cu_seqlens / seqused_k: index_poison.h
   const SequenceView seq = sequence_view(f, b);
   const int stored = stored_keys(f, b);
   if (n0 >= stored) return;  // varlen: this sequence has fewer keys than max_seqlen_k

@@ -113,6 +113,7 @@ __global__ void __launch_bounds__(BwdConfig<kHeadDim>::kThreads) bwd_main_kernel
   const tileattn_fwd_params& f = a.p.fwd;
   const int b = blockIdx.y, h = blockIdx.z, col0 = blockIdx.x * C::kBlockN;
   const int group = f.num_heads / f.num_heads_k, head_k = h / group;
+  if (!sequence_in_bounds(f, b)) return;  // bad cu_seqlens / seqused_k: index_poison.h
   const SequenceView s = sequence_view(f, b);
   const int stored = stored_keys(f, b);
   if (col0 >= stored) return;
@@ -183,6 +184,7 @@ __global__ void __launch_bounds__(BwdConfig<kHeadDim>::kThreads) bwd_dq_kernel(B
   const tileattn_fwd_params& f = a.p.fwd;
   const int b = blockIdx.y, h = blockIdx.z, row0 = blockIdx.x * C::kBlockM;
   const int head_k = h / (f.num_heads / f.num_heads_k);
+  if (!sequence_in_bounds(f, b)) return;  // bad cu_seqlens / seqused_k: index_poison.h
   const SequenceView s = sequence_view(f, b);
   if (row0 >= s.seqlen_q) return;
   const int rows = min(C::kBlockM, s.seqlen_q - row0);
@@ -213,6 +215,7 @@ __global__ void bwd_finish_dkdv_kernel(BwdArgs a) {
   const tileattn_fwd_params& f = a.p.fwd;
   const int b = blockIdx.y, head_k = blockIdx.z, lane = threadIdx.x % 32;
   const int group = f.num_heads / f.num_heads_k;
+  if (!sequence_in_bounds(f, b)) return;  // bad cu_seqlens / seqused_k: index_poison.h
   const SequenceView s = sequence_view(f, b);
   const int row = blockIdx.x * kRowsPerWarpKernel + threadIdx.x / 32;
   if (row >= stored_keys(f, b)) return;

@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(kRowKernelThreads) bwd_delta_kernel(BwdArgs a)
   const tileattn_fwd_params& f = a.p.fwd;
   const int lanes = row_lanes(f.head_dim), lane = threadIdx.x % lanes;
   const int b = blockIdx.y, h = blockIdx.z;
+  if (!sequence_in_bounds(f, b)) return;  // bad cu_seqlens / seqused_k: index_poison.h
   const SequenceView s = sequence_view(f, b);
   const int row = blockIdx.x * rows_per_row_block(f.head_dim) + threadIdx.x / lanes;
   const bool valid = row < s.seqlen_q;
@@ -92,6 +93,7 @@ __global__ void __launch_bounds__(kRowKernelThreads) bwd_finish_dq_kernel(BwdArg
   const tileattn_fwd_params& f = a.p.fwd;
   const int lanes = row_lanes(f.head_dim), lane = threadIdx.x % lanes;
   const int b = blockIdx.y, h = blockIdx.z;
+  if (!sequence_in_bounds(f, b)) return;  // bad cu_seqlens / seqused_k: index_poison.h
   const SequenceView s = sequence_view(f, b);
   const int row = blockIdx.x * rows_per_row_block(f.head_dim) + threadIdx.x / lanes;
   if (row >= s.seqlen_q) return;

@@ -23,6 +23,7 @@
 #include "cuda/backward/bwd_launch.h"
 #include "cuda/check.h"
 #include "cuda/device_checks.h"
+#include "cuda/index_poison.h"
 #include "cuda/kernel_family.h"
 #include "cuda/stream_workspace.h"
 
@@ -242,6 +243,7 @@ void cuda_backward(const BackwardParams& p) {
   } else {
     run_backward<__nv_bfloat16, cutlass::bfloat16_t>(args, fa2, sm90, stream);
   }
+  poison_out_of_bounds_backward(p, stream);
 }
 
 }  // namespace tileattn

@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_ws_kernel(const __gri
   auto& ss = *reinterpret_cast<typename Traits::template SharedStorage<kWriters>*>(smem_raw);
   const tileattn_fwd_params& f = prm.a.p.fwd;
   const int b = blockIdx.y, h = blockIdx.z;
+  if (!sequence_in_bounds(f, b)) return;  // bad cu_seqlens / seqused_k: index_poison.h
   BwdWalk walk{&f, sequence_view(f, b), bwd::key_block_of(blockIdx.x, gridDim.x, prm.a.walk_order), Traits::kBlockM,
                Traits::kBlockN, prm.a.walk_order};
   if (walk.n_block * Traits::kBlockN >= walk.seq.seqlen_k) return;
