@@ -150,6 +150,17 @@ class Checker:
                       f"has {x.shape[0]} entries but {first_name} has {batch + 1}")
         return x if x.is_contiguous() else x.contiguous()
 
+    def seqused_k(self, x, batch, device):
+        if x is None:
+            return None
+        self.tensor(x, "seqused_k")
+        if x.dtype != torch.int32 or tuple(x.shape) != (batch,):
+            self.fail(InvalidArgumentError, "seqused_k",
+                      f"must be int32 of shape (batch_size,) = ({batch},), got {x.dtype} {tuple(x.shape)}")
+        if x.device != device:
+            self.fail(InvalidArgumentError, "seqused_k", f"is on {x.device} but q is on {device}")
+        return x.contiguous()
+
     def seqlen(self, value, name):
         # A SymInt from torch.compile is fine too; only plain values are range-checked.
         return value if isinstance(value, torch.SymInt) else self.int32(value, name, 1)

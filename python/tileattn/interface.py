@@ -23,7 +23,7 @@ import functools
 
 import torch
 
-from . import _fwd_plan, _kvcache_ops, _kvcache_plan, _ops
+from . import _fwd_plan, _kvcache_ops, _kvcache_plan, _ops, _paged_varlen
 from ._checks import Checker
 from ._ffi import DtypeError, InvalidArgumentError
 
@@ -80,16 +80,7 @@ def _varlen_attention(check, q, k, v, names, cu_seqlens_q, cu_seqlens_k, cu_name
     cu_seqlens_k = check.cu_seqlens(cu_seqlens_k, cu_names[1], q.device, batch, cu_names[0])
     max_seqlen_q = check.seqlen(max_seqlen_q, max_names[0])
     max_seqlen_k = check.seqlen(max_seqlen_k, max_names[1])
-    if seqused_k is not None:
-        check.tensor(seqused_k, "seqused_k")
-        if seqused_k.dtype != torch.int32 or tuple(seqused_k.shape) != (batch,):
-            check.fail(InvalidArgumentError, "seqused_k",
-                       f"must be int32 of shape (batch_size,) = ({batch},), got "
-                       f"{seqused_k.dtype} {tuple(seqused_k.shape)}")
-        if seqused_k.device != q.device:
-            check.fail(InvalidArgumentError, "seqused_k",
-                       f"is on {seqused_k.device} but q is on {q.device}")
-        seqused_k = seqused_k.contiguous()
+    seqused_k = check.seqused_k(seqused_k, batch, q.device)
     dropout_p, scale, left, right, softcap = _options(
         check, q, dropout_p, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[1], q.device)
@@ -255,7 +246,10 @@ def flash_attn_varlen_func(
     (batch_size + 1,) prefix sums of the sequence lengths; max_seqlen_q/k: ints.
 
     Extra (keyword only): seqused_k, int32 (batch_size,): keys actually used by each sequence.
-    block_table (paged KV) is not supported yet and must be None.
+    Paged keys: k and v (num_blocks, page_size, nheads_k, headdim), page_size a multiple of 16,
+    and block_table (batch_size, max_blocks) int32; sequence b's key j is in page
+    block_table[b, j // page_size].  The pages are gathered into a padded copy first
+    (_paged_varlen.py says what that costs).
     """
     plan = None
     if block_table is None:
@@ -270,8 +264,8 @@ def flash_attn_varlen_func(
             return out
     check = Checker("flash_attn_varlen_func")
     if block_table is not None:
-        raise NotImplementedError(
-            "flash_attn_varlen_func: block_table (paged KV) is not supported by tileattn yet")
+        k, v, cu_seqlens_k, seqused_k = _paged_varlen.paged_keys_as_rows(
+            check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k)
     return _varlen_attention(
         check, q, k, v, ("q", "k", "v"), cu_seqlens_q, cu_seqlens_k,
         ("cu_seqlens_q", "cu_seqlens_k"), max_seqlen_q, max_seqlen_k,

@@ -40,7 +40,17 @@ def run_varlen(device, dtype, seqlens_q, seqlens_k, num_heads=6, num_heads_k=2, 
     assert out.shape == q.shape and lse.shape == (num_heads, total_q)
     assert probs.shape == (len(seqlens_q), num_heads, max_q, max_k)
 
-    floor = FLOOR[dtype]
+    check_sequences(q, k, v, dout, out, lse, probs, q.grad, k.grad, v.grad, cu_q, cu_k, seqlens_q,
+                    seqlens_k, seqused_k=seqused_k, causal=causal, window_size=window_size,
+                    softcap=softcap, alibi_slopes=alibi_slopes)
+
+
+def check_sequences(q, k, v, dout, out, lse, probs, dq, dk, dv, cu_q, cu_k, seqlens_q, seqlens_k, *,
+                    seqused_k=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None):
+    """Each packed sequence of a varlen call's results against batch-form attention of that
+    sequence alone (float64 reference, FA's rule); k, v, dk, dv are packed by cu_k."""
+    floor = FLOOR[q.dtype]
     for b, (len_q, len_k) in enumerate(zip(seqlens_q, seqlens_k)):
         rows = slice(int(cu_q[b]), int(cu_q[b]) + len_q)
         keys = slice(int(cu_k[b]), int(cu_k[b]) + len_k)
@@ -54,7 +64,7 @@ def run_varlen(device, dtype, seqlens_q, seqlens_k, num_heads=6, num_heads_k=2, 
         one = lambda x, r: x[r].unsqueeze(0)  # noqa: E731
         args = (one(q, rows), one(k, used), one(v, used), one(dout, rows))
         truth = ref.attention(*args, dtype=torch.float64, **options)
-        naive = ref.attention(*args, dtype=dtype, **options)
+        naive = ref.attention(*args, dtype=q.dtype, **options)
         tag = f"sequence {b} ({len_q}x{used_k})"
         assert_fa_close(f"{tag} out", out[rows].unsqueeze(0), naive["out"], truth["out"], floor)
         assert_fa_close(f"{tag} lse", lse[:, rows].unsqueeze(0), naive["lse"], truth["lse"], floor)
@@ -65,11 +75,11 @@ def run_varlen(device, dtype, seqlens_q, seqlens_k, num_heads=6, num_heads_k=2, 
         seq_q, seq_k, seq_v, seq_dout = args
         shift = ref.backward_rounding_shift(seq_q, seq_k, seq_v, seq_dout, one(out, rows), truth["out"],
                                             **options)
-        for name, grad, where in (("dq", q.grad, rows), ("dk", k.grad, used), ("dv", v.grad, used)):
+        for name, grad, where in (("dq", dq, rows), ("dk", dk, used), ("dv", dv, used)):
             assert_fa_close(f"{tag} {name}", grad[where].unsqueeze(0), naive[name], truth[name],
                             floor, lse=truth["lse"], shift=shift.get(name))
         unused = slice(used.stop, keys.stop)
-        assert torch.all(k.grad[unused] == 0) and torch.all(v.grad[unused] == 0), \
+        assert torch.all(dk[unused] == 0) and torch.all(dv[unused] == 0), \
             f"{tag}: keys past seqused_k must get zero gradient"
 
 

@@ -1,0 +1,120 @@
+"""flash_attn_varlen_func with block_table: keys and values in pages, read through a gather.
+
+flash-attn 2.x's paged varlen call takes k and v as (num_blocks, page_size, nheads_k, headdim)
+and block_table (batch, max_blocks) int32: sequence b's key j lives in page
+block_table[b, j // page_size], slot j % page_size, for j < cu_seqlens_k[b + 1] - cu_seqlens_k[b]
+(seqused_k[b] when given).  cu_seqlens_k's entries then only give lengths, not rows.
+
+Until the forward kernels read pages themselves, the pages are gathered into one padded
+(batch * max_seqlen_k, nheads_k, headdim) tensor and the ordinary varlen call runs on it, with
+each sequence's length as seqused_k.  The gather is torch indexing, so it syncs nothing, is
+captured by CUDA graphs, traces under torch.compile, and is differentiable: dk and dv come back in
+the pages' shape (a page two sequences share gets both gradients).  Its cost is a copy of the
+visible keys and values: batch x max_seqlen_k x nheads_k x headdim elements each, written once and
+read by the attention.
+
+Bad contents are handled like the varlen call's own index arrays: on the CPU the lengths and the
+block-table entries a sequence reads are checked on the host and raise naming the argument; on CUDA
+nothing is read on the host, and a sequence whose length or used pages are out of range gets the
+length -1, which the kernels' bounds check turns into NaN over every output of the call.
+"""
+
+import torch
+
+from ._ffi import DtypeError, InvalidArgumentError
+
+PAGED_LAYOUT = "(num_blocks, page_size, nheads_k, headdim) with block_table"
+
+
+def check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, device):
+    """Shape rules of the paged form (no values read)."""
+    for name, x in (("k", k), ("v", v)):
+        check.dims(x, name, 4, PAGED_LAYOUT)
+    check.tensor(block_table, "block_table")
+    if block_table.dtype != torch.int32:
+        check.fail(DtypeError, "block_table", f"must be int32, got {block_table.dtype}")
+    if block_table.device != device:
+        check.fail(InvalidArgumentError, "block_table", f"is on {block_table.device} but q is on {device}")
+    if block_table.dim() != 2 or block_table.shape[0] != batch:
+        check.fail(InvalidArgumentError, "block_table",
+                   f"must be (batch_size, max_blocks) = ({batch}, ...), got {tuple(block_table.shape)}")
+    page_size = k.shape[1]
+    # The rule flash_attn_with_kvcache's paged caches follow (flash-attn 2 asks for 256).
+    if page_size < 16 or page_size % 16 != 0:
+        check.fail(InvalidArgumentError, "k", f"the page size (dim 1 of {tuple(k.shape)}) is {page_size}; "
+                   "it must be a positive multiple of 16")
+    if block_table.shape[1] * page_size < max_seqlen_k:
+        check.fail(InvalidArgumentError, "block_table",
+                   f"{block_table.shape[1]} pages of {page_size} keys hold fewer than max_seqlen_k = "
+                   f"{max_seqlen_k} keys")
+
+
+def _lengths(cu_seqlens_k, seqused_k):
+    lengths = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+    return lengths if seqused_k is None else seqused_k
+
+
+def _host_check_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size):
+    """CPU tensors: the rules the CUDA path turns into NaN, raised with the argument's name."""
+    keys = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).tolist()
+    used = keys if seqused_k is None else seqused_k.tolist()
+    for b, (count, length) in enumerate(zip(keys, used)):
+        if not 0 <= count <= max_seqlen_k:
+            check.fail(InvalidArgumentError, "cu_seqlens_k",
+                       f"sequence {b} has {count} keys (cu_seqlens_k[{b}] = {int(cu_seqlens_k[b])}, "
+                       f"[{b + 1}] = {int(cu_seqlens_k[b + 1])}); it must be in [0, max_seqlen_k = {max_seqlen_k}]")
+        if not 0 <= length <= count:
+            check.fail(InvalidArgumentError, "seqused_k",
+                       f"seqused_k[{b}] = {length} must be in [0, {count}] (sequence {b}'s keys)")
+        pages = block_table[b, : (length + page_size - 1) // page_size]
+        bad = ((pages < 0) | (pages >= num_blocks)).nonzero()
+        if bad.numel() > 0:
+            j = int(bad[0, 0])
+            check.fail(InvalidArgumentError, "block_table",
+                       f"block_table[{b}, {j}] = {int(pages[j])} is not a page of k (num_blocks = "
+                       f"{num_blocks}); sequence {b} reads it")
+
+
+def gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k):
+    """Returns (k_rows, v_rows, cu_seqlens_k, seqused_k) for the ordinary varlen call: each
+    sequence's keys at rows [b * max_seqlen_k, b * max_seqlen_k + length)."""
+    batch = block_table.shape[0]
+    num_blocks, page_size = k.shape[0], k.shape[1]
+    device = k.device
+    if device.type == "cpu" and not torch.compiler.is_compiling():
+        _host_check_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size)
+    lengths = _lengths(cu_seqlens_k, seqused_k)
+    position = torch.arange(max_seqlen_k, device=device)
+    read = position < lengths[:, None]  # (batch, max_seqlen_k)
+    # A row past a sequence's length repeats its first key.  The kernels mask such rows out of
+    # the scores, but a tile may still load them, and a probability of 0 times a NaN value is NaN:
+    # unwritten page slots (torch.empty pages) must never be the source.
+    source = torch.where(read, position, 0)
+    pages = block_table.gather(1, source // page_size)
+    in_range = (pages >= 0) & (pages < num_blocks)
+    keys = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+    bad = (read & ~in_range).any(1) | (keys < 0) | (keys > max_seqlen_k) | (lengths < 0) | (lengths > keys)
+    lengths = torch.where(bad, -1, lengths).to(torch.int32)
+    # An out-of-range page of a bad sequence (all of whose outputs become NaN) or the unread
+    # first page of an empty one: any valid index.
+    pages = torch.where(in_range, pages, 0).long()
+    slots = source % page_size
+    k_rows = k[pages, slots].flatten(0, 1)
+    v_rows = v[pages, slots].flatten(0, 1)
+    starts = torch.arange(batch + 1, dtype=torch.int32, device=device) * max_seqlen_k
+    return k_rows, v_rows, starts, lengths
+
+
+def paged_keys_as_rows(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k):
+    """Checks a paged varlen call's arguments and gathers its keys; returns (k_rows, v_rows,
+    cu_seqlens_k, seqused_k) to pass on to the ordinary varlen call in place of the caller's."""
+    check.dims(q, "q", 3, "(total_q, nheads, headdim)")
+    cu_seqlens_q = check.cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.device)
+    batch = cu_seqlens_q.shape[0] - 1
+    max_seqlen_k = check.seqlen(max_seqlen_k, "max_seqlen_k")
+    check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, q.device)
+    check.dtype_and_device([("q", q), ("k", k), ("v", v)])
+    check.heads(q, k, v, ("q", "k", "v"), seq_dim=0)
+    cu_seqlens_k = check.cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q.device, batch, "cu_seqlens_q")
+    seqused_k = check.seqused_k(seqused_k, batch, q.device)
+    return gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k)

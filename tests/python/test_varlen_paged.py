@@ -1,0 +1,151 @@
+"""flash_attn_varlen_func with block_table: keys and values in shuffled pages must give what the
+same keys packed give (float64 reference, FA's rule), with NaN in every page slot no sequence
+owns, garbage block-table entries past each sequence's pages, and gradients back in the pages."""
+
+import math
+
+import pytest
+import torch
+
+from test_varlen import LENGTHS, check_sequences, cu
+from conftest import dtypes_for
+from tileattn import flash_attn_varlen_func
+
+
+def paged_copy(packed, seqlens_k, page_size, device):
+    """Scatters packed key (and value) rows into shuffled pages plus spare ones, with NaN in the
+    slots no sequence owns.  `packed`: tensors of the same shape, laid out by one block table.
+    Returns (pages of each, block_table, rows): rows = (page, slot) of each packed row."""
+    owned = [math.ceil(n / page_size) for n in seqlens_k]
+    num_pages = sum(owned) + 3
+    order = torch.randperm(num_pages).tolist()
+    max_blocks = max(max(owned), 1) + 1  # a column no sequence uses
+    # Entries past a sequence's pages are garbage: never to be read, on any device.
+    block_table = torch.randint(-5, 10 * num_pages, (len(seqlens_k), max_blocks), dtype=torch.int32)
+    page_of_row, slot_of_row = [], []
+    for b, n in enumerate(seqlens_k):
+        for j in range(owned[b]):
+            block_table[b, j] = order.pop()
+        page_of_row += [int(block_table[b, j // page_size]) for j in range(n)]
+        slot_of_row += [j % page_size for j in range(n)]
+    rows = (torch.tensor(page_of_row, dtype=torch.long), torch.tensor(slot_of_row, dtype=torch.long))
+    all_pages = []
+    for x in packed:
+        pages = torch.full((num_pages, page_size) + tuple(x.shape[1:]), float("nan"), dtype=x.dtype,
+                           device=device)
+        pages[rows] = x
+        all_pages.append(pages.requires_grad_())
+    return all_pages, block_table.to(device), rows
+
+
+def run_paged(device, dtype, seqlens_q, seqlens_k, page_size, num_heads=6, num_heads_k=2,
+              head_dim=48, *, seqused_k=None, **options):
+    q = torch.randn(sum(seqlens_q), num_heads, head_dim, dtype=dtype, device=device, requires_grad=True)
+    k = torch.randn(sum(seqlens_k), num_heads_k, head_dim, dtype=dtype, device=device)
+    v = torch.randn_like(k)
+    dout = torch.randn_like(q)
+    (k_pages, v_pages), block_table, rows = paged_copy((k, v), seqlens_k, page_size, device)
+    cu_q, cu_k = cu(seqlens_q, device), cu(seqlens_k, device)
+    max_q, max_k = max(max(seqlens_q), 1), max(max(seqlens_k), 1)
+    out, lse, probs = flash_attn_varlen_func(
+        q, k_pages, v_pages, cu_q, cu_k, max_q, max_k, return_attn_probs=True,
+        block_table=block_table, seqused_k=seqused_k, **options)
+    out.backward(dout)
+    assert out.shape == q.shape and k_pages.grad.shape == k_pages.shape
+    check_sequences(q, k, v, dout, out, lse, probs, q.grad, k_pages.grad[rows], v_pages.grad[rows],
+                    cu_q, cu_k, seqlens_q, seqlens_k, seqused_k=seqused_k, **options)
+    unowned = torch.ones(k_pages.shape[:2], dtype=torch.bool)
+    unowned[rows] = False
+    for name, grad in (("dk", k_pages.grad), ("dv", v_pages.grad)):
+        assert torch.all(grad[unowned.to(device)] == 0), f"{name}: page slots no sequence owns"
+
+
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+@pytest.mark.parametrize("lengths", LENGTHS, ids=lambda l: "-".join(map(str, l[0])))
+@pytest.mark.parametrize("mask", ["none", "causal", "window"])
+def test_paged_varlen_masks(device, page_size, lengths, mask):
+    options = dict(causal=mask == "causal", window_size=(13, 2) if mask == "window" else (-1, -1))
+    for dtype in dtypes_for(device):
+        run_paged(device, dtype, *lengths, page_size, **options)
+
+
+@pytest.mark.parametrize("option", ["gqa7", "seqused_k", "softcap_alibi"])
+def test_paged_varlen_options(device, option):
+    seqlens_q, seqlens_k = [17, 1, 127, 5], [127, 17, 1, 40]
+    kwargs = {}
+    if option == "gqa7":
+        kwargs = dict(num_heads=7, num_heads_k=1, head_dim=64)
+    elif option == "seqused_k":
+        kwargs = dict(seqused_k=torch.tensor([100, 3, 0, 40], dtype=torch.int32, device=device),
+                      causal=True)
+    else:
+        kwargs = dict(softcap=2.0, alibi_slopes=torch.rand(6, device=device) * 0.3, causal=True)
+    for dtype in dtypes_for(device):
+        run_paged(device, dtype, seqlens_q, seqlens_k, 16, **kwargs)
+
+
+def test_paged_varlen_shared_prefix_pages(device):
+    """Two sequences reading the same first pages (prefix caching): each gets what its own
+    packed keys give, and a shared page's gradient is the sum of both sequences' gradients."""
+    page, dtype = 16, torch.bfloat16
+    q = torch.randn(2 * 9, 4, 32, dtype=dtype, device=device)
+    pages = torch.randn(5, page, 2, 32, dtype=dtype, device=device)
+    block_table = torch.tensor([[3, 0, 1], [3, 0, 4]], dtype=torch.int32, device=device)
+    seqlens_k = [40, 37]
+    cu_q, cu_k = cu([9, 9], device), cu(seqlens_k, device)
+    index = [(block_table[b, torch.arange(n) // page].long(), torch.arange(n) % page)
+             for b, n in enumerate(seqlens_k)]
+    packed_k = torch.cat([pages[i] for i in index]).requires_grad_()
+    packed_v = torch.cat([pages.flip(0)[i] for i in index]).requires_grad_()
+    k_pages, v_pages = pages.clone().requires_grad_(), pages.flip(0).clone().requires_grad_()
+    dout = torch.randn_like(q)
+    paged_out = flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, 9, 40, causal=True,
+                                       block_table=block_table)
+    packed_out = flash_attn_varlen_func(q, packed_k, packed_v, cu_q, cu_k, 9, 40, causal=True)
+    paged_out.backward(dout)
+    packed_out.backward(dout)
+    torch.testing.assert_close(paged_out, packed_out)
+    for grad, packed_grad in ((k_pages.grad, packed_k.grad), (v_pages.grad, packed_v.grad)):
+        expected = torch.zeros(pages.shape, dtype=torch.float32, device=device)
+        for (page_index, slot), rows in zip(index, packed_grad.float().split(seqlens_k)):
+            expected.index_put_((page_index.to(device), slot.to(device)), rows, accumulate=True)
+        torch.testing.assert_close(grad.float(), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_paged_varlen_compiles_fullgraph(device):
+    """The gather is torch indexing: a paged call traces without a graph break."""
+    q = torch.randn(12, 4, 32, dtype=torch.bfloat16, device=device)
+    pages = torch.randn(3, 16, 2, 32, dtype=torch.bfloat16, device=device)
+    block_table = torch.tensor([[2, 0], [1, 0]], dtype=torch.int32, device=device)
+    cu_q, cu_k = cu([5, 7], device), cu([20, 9], device)
+
+    def call(q, pages, block_table):
+        return flash_attn_varlen_func(q, pages, pages, cu_q, cu_k, 7, 20, block_table=block_table)
+
+    compiled = torch.compile(call, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(q, pages, block_table), call(q, pages, block_table),
+                               rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("case", ["page out of range", "sequence past max_seqlen_k"])
+def test_cuda_paged_bad_contents_give_nan(case):
+    """On CUDA nothing is read on the host: a block-table entry a sequence reads that is not a page,
+    or a sequence longer than max_seqlen_k, makes every output NaN, with nothing read out of
+    bounds (a later call still runs)."""
+    device = "cuda"
+    q = torch.randn(12, 4, 64, dtype=torch.bfloat16, device=device, requires_grad=True)
+    pages = torch.randn(3, 16, 2, 64, dtype=torch.bfloat16, device=device, requires_grad=True)
+    good_table = torch.tensor([[2], [0]], dtype=torch.int32, device=device)
+    table, cu_k = good_table, cu([5, 9], device)
+    if case == "page out of range":
+        table = torch.tensor([[2], [1 << 20]], dtype=torch.int32, device=device)
+    else:
+        cu_k = cu([5, 15], device)
+    out = flash_attn_varlen_func(q, pages, pages, cu([5, 7], device), cu_k, 7, 9, block_table=table)
+    out.backward(torch.randn_like(out))
+    assert torch.isnan(out).all() and torch.isnan(q.grad).all()
+    good = flash_attn_varlen_func(q, pages, pages, cu([5, 7], device), cu([5, 9], device), 7, 9,
+                                  block_table=good_table)
+    torch.cuda.synchronize()
+    assert not torch.isnan(good).any()
