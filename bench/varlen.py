@@ -1,11 +1,12 @@
 """`python3 -m bench varlen`: a ragged batch, padded to its longest sequence vs packed.
 
 Lengths are lognormal (median 1024, sigma 0.8, fixed seed), clipped to [16, 4096]; 32 sequences,
-16 heads, d 128.  Packed: tileattn.flash_attn_varlen_func over the concatenated tokens.  Padded:
+16 heads, d 128.  Packed: tileattn.flash_attn_varlen_func over the concatenated tokens; paged: the
+same call with K and V in shuffled pages of 16 and a block table (vLLM's chunked-prefill layout).  Padded:
 the (batch, max_len) tensor through flash_attn_func / SDPA flash, which attend to the padding too
 (the cost a padded batch pays; the padded rows are thrown away), and SDPA with a boolean key
 padding mask, the padded batch computed correctly.  The packed output is checked against the
-masked SDPA one on the real rows.  Speedup = padded time / packed time."""
+masked SDPA one on the real rows, the paged one against the packed one.  Speedup = padded time / packed time."""
 import math
 import os
 
@@ -16,6 +17,7 @@ from bench import environment, timing
 from bench.measure import DTYPES
 
 SEED = 0
+PAGE_SIZE = 16  # vLLM's page size; the paged variant gathers pages into a padded copy first
 
 
 def add_parser(subparsers):
@@ -55,12 +57,33 @@ class RaggedBatch:
         self.dout_padded = self.pad(self.dout_packed)
         cols = torch.arange(self.max_len, device=device)
         self.key_valid = cols[None, :] < torch.tensor(lengths, device=device)[:, None]  # (batch, max_len)
+        self.pages, self.block_table = self.paged(PAGE_SIZE)
 
     def pad(self, packed):
         out = packed.new_zeros(len(self.lengths), self.max_len, *packed.shape[1:])
         for i, n in enumerate(self.lengths):
             out[i, :n] = packed[int(self.cu[i]):int(self.cu[i]) + n]
         return out
+
+    def paged(self, page_size):
+        """K and V in shuffled pages of page_size keys, and the block table that finds them."""
+        owned = [math.ceil(n / page_size) for n in self.lengths]
+        device = self.packed[0].device
+        order = torch.randperm(sum(owned), generator=torch.Generator().manual_seed(SEED))
+        block_table = torch.zeros(len(self.lengths), max(owned), dtype=torch.int32)
+        page_of_row, slot_of_row, used = [], [], 0
+        for b, n in enumerate(self.lengths):
+            block_table[b, :owned[b]] = order[used:used + owned[b]].to(torch.int32)
+            used += owned[b]
+            page_of_row += [int(block_table[b, j // page_size]) for j in range(n)]
+            slot_of_row += [j % page_size for j in range(n)]
+        rows = (torch.tensor(page_of_row, device=device), torch.tensor(slot_of_row, device=device))
+        pages = []
+        for packed in self.packed[1:]:
+            x = packed.new_zeros(sum(owned), page_size, *packed.shape[1:])
+            x[rows] = packed
+            pages.append(x)
+        return pages, block_table.to(device)
 
     def unpad(self, padded):
         return torch.cat([padded[i, :n] for i, n in enumerate(self.lengths)])
@@ -80,6 +103,13 @@ def variants(batch, causal):
         q, k, v = leaves(batch.packed, grad)
         return (lambda: tileattn.flash_attn_varlen_func(q, k, v, batch.cu, batch.cu, batch.max_len, batch.max_len,
                                                         causal=causal)), (q, k, v), batch.dout_packed
+
+    def paged(grad):
+        q, k_pages, v_pages = leaves([batch.packed[0]] + batch.pages, grad)
+        return (lambda: tileattn.flash_attn_varlen_func(q, k_pages, v_pages, batch.cu, batch.cu, batch.max_len,
+                                                        batch.max_len, causal=causal,
+                                                        block_table=batch.block_table)), \
+            (q, k_pages, v_pages), batch.dout_packed
 
     def padded_tileattn(grad):
         q, k, v = leaves(batch.padded, grad)
@@ -107,6 +137,7 @@ def variants(batch, causal):
         return make
 
     return {"packed tileattn (varlen)": packed,
+            f"paged tileattn (varlen, pages of {PAGE_SIZE})": paged,
             "padded tileattn (no mask)": padded_tileattn,
             "padded sdpa-flash (no mask)": padded_sdpa("flash", False),
             "padded sdpa + key mask": padded_sdpa("auto", True)}
@@ -177,7 +208,10 @@ def check_packed_against_mask(table, batch, causal):
     with torch.no_grad():
         packed = table["packed tileattn (varlen)"](False)[0]()
         masked = table["padded sdpa + key mask"](False)[0]()
+        paged = table[f"paged tileattn (varlen, pages of {PAGE_SIZE})"](False)[0]()
     diff = (packed.float() - batch.unpad(masked).float()).abs().max().item()
-    print(f"# causal={causal}: max |packed - masked padded| = {diff:.3g}", flush=True)
-    if not diff < 0.05:
-        raise SystemExit(f"varlen: packed and masked padded outputs differ by {diff}")
+    paged_diff = (paged.float() - packed.float()).abs().max().item()
+    print(f"# causal={causal}: max |packed - masked padded| = {diff:.3g}, |paged - packed| = {paged_diff:.3g}",
+          flush=True)
+    if not (diff < 0.05 and paged_diff < 0.05):
+        raise SystemExit(f"varlen: packed and masked padded outputs differ by {diff}, paged and packed by {paged_diff}")
