@@ -49,11 +49,6 @@ def check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, device):
                    f"{max_seqlen_k} keys")
 
 
-def _lengths(cu_seqlens_k, seqused_k):
-    lengths = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
-    return lengths if seqused_k is None else seqused_k
-
-
 def _host_check_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size):
     """CPU tensors: the rules the CUDA path turns into NaN, raised with the argument's name."""
     keys = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).tolist()
@@ -75,7 +70,18 @@ def _host_check_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen
                        f"{num_blocks}); sequence {b} reads it")
 
 
-def gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k):
+def _rows_of(pages, index, deterministic):
+    """pages (num_blocks, page_size, heads, d) at flat slot indices, as (len(index), heads, d)."""
+    if pages.stride(0) != pages.shape[1] * pages.stride(1):  # pages not evenly spaced: no row view
+        return pages[index // pages.shape[1], index % pages.shape[1]]
+    rows = pages.flatten(0, 1)
+    # index_select copies whole rows (2x faster than indexing on the CPU); its backward,
+    # index_add, adds a slot's gradients in no fixed order where three or more sequences share a
+    # page.  Indexing's backward (index_put with accumulate) sorts them first: deterministic.
+    return rows[index] if deterministic else rows.index_select(0, index)
+
+
+def gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, deterministic):
     """Returns (k_rows, v_rows, cu_seqlens_k, seqused_k) for the ordinary varlen call: each
     sequence's keys at rows [b * max_seqlen_k, b * max_seqlen_k + length)."""
     batch = block_table.shape[0]
@@ -83,29 +89,27 @@ def gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seq
     device = k.device
     if device.type == "cpu" and not torch.compiler.is_compiling():
         _host_check_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size)
-    lengths = _lengths(cu_seqlens_k, seqused_k)
+    keys = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+    lengths = keys if seqused_k is None else seqused_k
     position = torch.arange(max_seqlen_k, device=device)
     read = position < lengths[:, None]  # (batch, max_seqlen_k)
     # A row past a sequence's length repeats its first key.  The kernels mask such rows out of
     # the scores, but a tile may still load them, and a probability of 0 times a NaN value is NaN:
     # unwritten page slots (torch.empty pages) must never be the source.
-    source = torch.where(read, position, 0)
+    source = position * read
     pages = block_table.gather(1, source // page_size)
-    in_range = (pages >= 0) & (pages < num_blocks)
-    keys = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
-    bad = (read & ~in_range).any(1) | (keys < 0) | (keys > max_seqlen_k) | (lengths < 0) | (lengths > keys)
-    lengths = torch.where(bad, -1, lengths).to(torch.int32)
-    # An out-of-range page of a bad sequence (all of whose outputs become NaN) or the unread
-    # first page of an empty one: any valid index.
-    pages = torch.where(in_range, pages, 0).long()
-    slots = source % page_size
-    k_rows = k[pages, slots].flatten(0, 1)
-    v_rows = v[pages, slots].flatten(0, 1)
-    starts = torch.arange(batch + 1, dtype=torch.int32, device=device) * max_seqlen_k
-    return k_rows, v_rows, starts, lengths
+    # An out-of-range entry of a bad sequence (all of whose outputs become NaN) or the unread
+    # first entry of an empty one reads a valid page instead.
+    clamped = pages.clamp(0, num_blocks - 1)
+    bad = (read & (clamped != pages)).any(1) | (lengths < 0) | (lengths > keys) | (keys > max_seqlen_k)
+    lengths = torch.where(bad, -1, lengths)
+    index = (clamped.long() * page_size + source % page_size).flatten()
+    starts = torch.arange(0, (batch + 1) * max_seqlen_k, max_seqlen_k, dtype=torch.int32, device=device)
+    return _rows_of(k, index, deterministic), _rows_of(v, index, deterministic), starts, lengths
 
 
-def paged_keys_as_rows(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k):
+def paged_keys_as_rows(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k,
+                       deterministic):
     """Checks a paged varlen call's arguments and gathers its keys; returns (k_rows, v_rows,
     cu_seqlens_k, seqused_k) to pass on to the ordinary varlen call in place of the caller's."""
     check.dims(q, "q", 3, "(total_q, nheads, headdim)")
@@ -117,4 +121,4 @@ def paged_keys_as_rows(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, 
     check.heads(q, k, v, ("q", "k", "v"), seq_dim=0)
     cu_seqlens_k = check.cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q.device, batch, "cu_seqlens_q")
     seqused_k = check.seqused_k(seqused_k, batch, q.device)
-    return gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k)
+    return gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, deterministic)

@@ -265,7 +265,8 @@ def flash_attn_varlen_func(
     check = Checker("flash_attn_varlen_func")
     if block_table is not None:
         k, v, cu_seqlens_k, seqused_k = _paged_varlen.paged_keys_as_rows(
-            check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k)
+            check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k,
+            bool(deterministic))
     return _varlen_attention(
         check, q, k, v, ("q", "k", "v"), cu_seqlens_q, cu_seqlens_k,
         ("cu_seqlens_q", "cu_seqlens_k"), max_seqlen_q, max_seqlen_k,

@@ -112,6 +112,38 @@ def test_paged_varlen_shared_prefix_pages(device):
         torch.testing.assert_close(grad.float(), expected, rtol=2e-2, atol=2e-2)
 
 
+def test_paged_varlen_pages_inside_a_larger_buffer(device):
+    """Pages that are a slice of wider ones (page stride != page_size x slot stride) cannot be seen
+    as rows; they are read slot by slot and give what the same pages copied contiguous give."""
+    wide = torch.randn(6, 32 + 16, 2, 32, dtype=torch.bfloat16, device=device)
+    pages = wide[:, :32]
+    q = torch.randn(2 * 7, 4, 32, dtype=torch.bfloat16, device=device)
+    block_table = torch.tensor([[5, 1], [0, 3]], dtype=torch.int32, device=device)
+    args = (cu([7, 7], device), cu([50, 33], device), 7, 50)
+    strided = flash_attn_varlen_func(q, pages, pages, *args, block_table=block_table, causal=True)
+    contiguous = flash_attn_varlen_func(q, pages.contiguous(), pages.contiguous(), *args,
+                                        block_table=block_table, causal=True)
+    assert torch.equal(strided, contiguous)
+
+
+def test_paged_varlen_deterministic_backward_with_shared_pages(device):
+    """deterministic=True: gradients of a page three sequences share are bitwise the same from
+    run to run (the gather's backward sorts its indices)."""
+    q = torch.randn(3 * 5, 4, 32, dtype=torch.float16, device=device)
+    pages = torch.randn(4, 16, 2, 32, dtype=torch.float16, device=device)
+    block_table = torch.tensor([[2, 0], [2, 1], [2, 3]], dtype=torch.int32, device=device)
+    dout = torch.randn_like(q)
+    grads = []
+    for _ in range(2):
+        k_pages, v_pages = pages.clone().requires_grad_(), pages.clone().requires_grad_()
+        out = flash_attn_varlen_func(q, k_pages, v_pages, cu([5, 5, 5], device), cu([20, 30, 17], device),
+                                     5, 30, block_table=block_table, deterministic=True)
+        out.backward(dout)
+        grads.append((k_pages.grad, v_pages.grad))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
 def test_paged_varlen_compiles_fullgraph(device):
     """The gather is torch indexing: a paged call traces without a graph break."""
     q = torch.randn(12, 4, 32, dtype=torch.bfloat16, device=device)
