@@ -49,8 +49,9 @@ def check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, device):
                    f"{max_seqlen_k} keys")
 
 
-def _host_check_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size):
-    """CPU tensors: the rules the CUDA path turns into NaN, raised with the argument's name."""
+def _raise_for_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size):
+    """CPU tensors, once a sequence is known to break a rule (the CUDA path turns those into NaN):
+    raises naming the argument and the first entry at fault."""
     keys = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).tolist()
     used = keys if seqused_k is None else seqused_k.tolist()
     for b, (count, length) in enumerate(zip(keys, used)):
@@ -87,8 +88,6 @@ def gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seq
     batch = block_table.shape[0]
     num_blocks, page_size = k.shape[0], k.shape[1]
     device = k.device
-    if device.type == "cpu" and not torch.compiler.is_compiling():
-        _host_check_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size)
     keys = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
     lengths = keys if seqused_k is None else seqused_k
     position = torch.arange(max_seqlen_k, device=device)
@@ -102,6 +101,8 @@ def gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seq
     # first entry of an empty one reads a valid page instead.
     clamped = pages.clamp(0, num_blocks - 1)
     bad = (read & (clamped != pages)).any(1) | (lengths < 0) | (lengths > keys) | (keys > max_seqlen_k)
+    if device.type == "cpu" and not torch.compiler.is_compiling() and bool(bad.any()):
+        _raise_for_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size)
     lengths = torch.where(bad, -1, lengths)
     index = (clamped.long() * page_size + source % page_size).flatten()
     starts = torch.arange(0, (batch + 1) * max_seqlen_k, max_seqlen_k, dtype=torch.int32, device=device)
