@@ -38,6 +38,8 @@ def check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, device):
     if block_table.dim() != 2 or block_table.shape[0] != batch:
         check.fail(InvalidArgumentError, "block_table",
                    f"must be (batch_size, max_blocks) = ({batch}, ...), got {tuple(block_table.shape)}")
+    if k.shape[0] == 0:
+        check.fail(InvalidArgumentError, "k", f"has no pages (shape {tuple(k.shape)})")
     page_size = k.shape[1]
     # The rule flash_attn_with_kvcache's paged caches follow (flash-attn 2 asks for 256).
     if page_size < 16 or page_size % 16 != 0:

@@ -116,6 +116,7 @@ CASES = {
     "paged too few pages": (lambda: paged(max_seqlen_k=17), ValueError, "block_table"),
     "paged page size 8": (lambda: paged(k=t(4, 8, 2, 16), v=t(4, 8, 2, 16)), ValueError, "k"),
     "paged k 3-D": (lambda: paged(k=vk), ValueError, "k"),
+    "paged no pages": (lambda: paged(k=t(0, 16, 2, 16), v=t(0, 16, 2, 16)), ValueError, "k"),
     "paged v shape": (lambda: paged(v=t(4, 32, 2, 16)), ValueError, "v"),
     "paged head dim": (lambda: paged(k=t(4, 16, 2, 8), v=t(4, 16, 2, 8)), ValueError, "k"),
     # Contents, checked on the host for CPU tensors (on CUDA: NaN outputs, test_varlen_paged.py).
