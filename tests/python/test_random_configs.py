@@ -7,7 +7,8 @@ The hand-picked tests name each option on a few shapes; here every draw combines
 and off the kernels' tiles (Sq != Sk both ways), 1-7 query heads per KV head, head dims from 8 to
 256 (odd ones included, which take the unaligned paths), masks, windows, softcap, ALiBi, the
 scale, the deterministic backward and the dtype; packed batches of 1-5 sequences (empty ones
-included) with seqused_k and rows past the last sequence; for the KV cache also page sizes, cache lengths
+included) with seqused_k and rows past the last sequence, and the same with the keys in pages
+(block_table); for the KV cache also page sizes, cache lengths
 (empty ones included), cache_batch_idx, cache_leftpad, rotary (any even rotary_dim, interleaved
 or not), new tokens appended and split counts.  The draws follow the test's seed
 (TILEATTN_TEST_SEED, conftest.py), so a failure names its configurations and replays with the seed.
@@ -24,6 +25,7 @@ import tileattn
 from test_attention import run_and_compare
 from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from test_varlen import run_varlen
+from test_varlen_paged import run_paged
 
 LENGTHS = [1, 2, 15, 17, 63, 64, 65, 127, 128, 129, 191, 255, 300, 513, 777, 1000, 1100]
 HEAD_DIMS = [8, 16, 20, 32, 33, 40, 48, 64, 72, 80, 96, 112, 128, 144, 160, 192, 200, 224, 256]
@@ -139,9 +141,9 @@ def test_random_kvcache_configurations(device):
     run_draws(device, draw_kvcache_config)
 
 
-def draw_varlen_config(rng, device):
-    """One flash_attn_varlen_func configuration (per-sequence lengths, run_varlen's options),
-    checked by test_varlen.run_varlen."""
+def draw_varlen_problem(rng, device):
+    """Per-sequence lengths, dtype and run_varlen's options of one flash_attn_varlen_func call,
+    and their description."""
     on_cpu = device == "cpu"
     lengths = [0] + [n for n in LENGTHS if not on_cpu or n <= CPU_MAX_LENGTH]
     count = rng.choice([1, 2, 3, 5])
@@ -162,8 +164,28 @@ def draw_varlen_config(rng, device):
         options["seqused_k"] = torch.tensor(used, dtype=torch.int32, device=device)
         description += f", seqused_k {used}"
     description += draw_slopes(rng, options, options["num_heads"], count, device)
+    return seqlens_q, seqlens_k, dtype, options, description
+
+
+def draw_varlen_config(rng, device):
+    """One flash_attn_varlen_func configuration, checked by test_varlen.run_varlen."""
+    seqlens_q, seqlens_k, dtype, options, description = draw_varlen_problem(rng, device)
     return description, lambda: run_varlen(device, dtype, seqlens_q, seqlens_k, **options)
+
+
+def draw_paged_varlen_config(rng, device):
+    """The same configurations with the keys in shuffled pages (block_table), page sizes 16-256,
+    checked by test_varlen_paged.run_paged."""
+    seqlens_q, seqlens_k, dtype, options, description = draw_varlen_problem(rng, device)
+    del options["tail_rows"]  # paged keys have no packed rows to run past
+    page_size = rng.choice([16, 32, 48, 64, 256])
+    description += f", pages of {page_size}"
+    return description, lambda: run_paged(device, dtype, seqlens_q, seqlens_k, page_size, **options)
 
 
 def test_random_varlen_configurations(device):
     run_draws(device, draw_varlen_config)
+
+
+def test_random_paged_varlen_configurations(device):
+    run_draws(device, draw_paged_varlen_config)
