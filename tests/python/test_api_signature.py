@@ -44,3 +44,22 @@ def test_flash_attn_signature(name):
     # Extras are keyword-only, after flash-attn's own parameters.
     extras = [p for p in parameters if p.kind == p.KEYWORD_ONLY]
     assert all(p.default is not REQUIRED for p in extras)
+
+
+# flash-attn 2.x's flash_attn/bert_padding.py, as tileattn.bert_padding (its index_first_axis and
+# index_put_first_axis are autograd Functions' apply, called positionally).
+BERT_PADDING = {
+    "index_first_axis": [("x", REQUIRED), ("indices", REQUIRED)],
+    "index_put_first_axis": [("values", REQUIRED), ("indices", REQUIRED), ("first_axis_dim", REQUIRED)],
+    "unpad_input": [("hidden_states", REQUIRED), ("attention_mask", REQUIRED), ("unused_mask", None)],
+    "pad_input": [("hidden_states", REQUIRED), ("indices", REQUIRED), ("batch", REQUIRED),
+                  ("seqlen", REQUIRED)],
+}
+
+
+@pytest.mark.parametrize("name", list(BERT_PADDING))
+def test_bert_padding_signature(name):
+    from tileattn import bert_padding
+
+    parameters = inspect.signature(getattr(bert_padding, name)).parameters.values()
+    assert [(p.name, p.default) for p in parameters] == BERT_PADDING[name]
