@@ -219,3 +219,22 @@ def test_cuda_paged_varlen_replays_in_a_cuda_graph():
         torch.cuda.synchronize()
         assert not expected[:4 * 3].isnan().any()
         assert torch.equal(graph_out, expected), f"replayed output differs for {lengths}"
+
+
+def test_paged_varlen_dropout_is_the_packed_calls(device):
+    """Dropout's mask is drawn by (sequence, head, row, key) inside each sequence, so a paged call
+    keeps exactly the probabilities the packed call with the same seed keeps."""
+    seqlens_q, seqlens_k, page = [9, 1, 30], [40, 17, 33], 16
+    q = torch.randn(sum(seqlens_q), 4, 32, dtype=torch.bfloat16, device=device)
+    k = torch.randn(sum(seqlens_k), 2, 32, dtype=torch.bfloat16, device=device)
+    v = torch.randn_like(k)
+    (k_pages, v_pages), block_table, _ = paged_copy((k, v), seqlens_k, page, device)
+    cu_q, cu_k = cu(seqlens_q, device), cu(seqlens_k, device)
+    results = []
+    for keys, values, table in ((k, v, None), (k_pages, v_pages, block_table)):
+        torch.manual_seed(1234)
+        results.append(flash_attn_varlen_func(q, keys, values, cu_q, cu_k, 30, 40, dropout_p=0.3,
+                                              return_attn_probs=True, block_table=table))
+    (packed_out, _, packed_probs), (paged_out, _, paged_probs) = results
+    assert torch.equal(packed_probs < 0, paged_probs < 0), "a different dropout mask"
+    torch.testing.assert_close(paged_out, packed_out)
