@@ -135,16 +135,22 @@ class Checker:
                       f"({batch}, {num_heads})" + hint)
         return alibi_slopes
 
-    def cu_seqlens(self, x, name, device, batch=None, first_name=None):
+    def int32_tensor(self, x, name, device, shape=None):
+        """An index tensor: int32, on q's device, and of `shape` when one is given."""
         self.tensor(x, name)
         if x.dtype != torch.int32:
             self.fail(DtypeError, name, f"must be int32, got {x.dtype}")
+        if x.device != device:
+            self.fail(InvalidArgumentError, name, f"is on {x.device} but q is on {device}")
+        if shape is not None and tuple(x.shape) != shape:
+            self.fail(InvalidArgumentError, name, f"shape {tuple(x.shape)} must be {shape}")
+
+    def cu_seqlens(self, x, name, device, batch=None, first_name=None):
+        self.int32_tensor(x, name, device)
         if x.dim() != 1 or x.shape[0] < 2:
             self.fail(InvalidArgumentError, name,
                       "must be 1-D (batch_size + 1,) with batch_size >= 1, got shape "
                       f"{tuple(x.shape)}")
-        if x.device != device:
-            self.fail(InvalidArgumentError, name, f"is on {x.device} but q is on {device}")
         if batch is not None and x.shape[0] != batch + 1:
             self.fail(InvalidArgumentError, name,
                       f"has {x.shape[0]} entries but {first_name} has {batch + 1}")
@@ -153,12 +159,7 @@ class Checker:
     def seqused_k(self, x, batch, device):
         if x is None:
             return None
-        self.tensor(x, "seqused_k")
-        if x.dtype != torch.int32 or tuple(x.shape) != (batch,):
-            self.fail(InvalidArgumentError, "seqused_k",
-                      f"must be int32 of shape (batch_size,) = ({batch},), got {x.dtype} {tuple(x.shape)}")
-        if x.device != device:
-            self.fail(InvalidArgumentError, "seqused_k", f"is on {x.device} but q is on {device}")
+        self.int32_tensor(x, "seqused_k", device, (batch,))
         return x.contiguous()
 
     def seqlen(self, value, name):

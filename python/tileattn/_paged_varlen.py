@@ -22,7 +22,7 @@ length -1, which the kernels' bounds check turns into NaN over every output of t
 
 import torch
 
-from ._ffi import DtypeError, InvalidArgumentError
+from ._ffi import InvalidArgumentError
 
 PAGED_LAYOUT = "(num_blocks, page_size, nheads_k, headdim) with block_table"
 
@@ -31,11 +31,7 @@ def check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, device):
     """Shape rules of the paged form (no values read)."""
     for name, x in (("k", k), ("v", v)):
         check.dims(x, name, 4, PAGED_LAYOUT)
-    check.tensor(block_table, "block_table")
-    if block_table.dtype != torch.int32:
-        check.fail(DtypeError, "block_table", f"must be int32, got {block_table.dtype}")
-    if block_table.device != device:
-        check.fail(InvalidArgumentError, "block_table", f"is on {block_table.device} but q is on {device}")
+    check.int32_tensor(block_table, "block_table", device)
     if block_table.dim() != 2 or block_table.shape[0] != batch:
         check.fail(InvalidArgumentError, "block_table",
                    f"must be (batch_size, max_blocks) = ({batch}, ...), got {tuple(block_table.shape)}")
@@ -52,26 +48,21 @@ def check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, device):
                    f"{max_seqlen_k} keys")
 
 
-def _raise_for_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size):
-    """CPU tensors, once a sequence is known to break a rule (the CUDA path turns those into NaN):
-    raises naming the argument and the first entry at fault."""
-    keys = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).tolist()
-    used = keys if seqused_k is None else seqused_k.tolist()
-    for b, (count, length) in enumerate(zip(keys, used)):
-        if not 0 <= count <= max_seqlen_k:
-            check.fail(InvalidArgumentError, "cu_seqlens_k",
-                       f"sequence {b} has {count} keys (cu_seqlens_k[{b}] = {int(cu_seqlens_k[b])}, "
-                       f"[{b + 1}] = {int(cu_seqlens_k[b + 1])}); it must be in [0, max_seqlen_k = {max_seqlen_k}]")
-        if not 0 <= length <= count:
-            check.fail(InvalidArgumentError, "seqused_k",
-                       f"seqused_k[{b}] = {length} must be in [0, {count}] (sequence {b}'s keys)")
-        pages = block_table[b, : (length + page_size - 1) // page_size]
-        bad = ((pages < 0) | (pages >= num_blocks)).nonzero()
-        if bad.numel() > 0:
-            j = int(bad[0, 0])
-            check.fail(InvalidArgumentError, "block_table",
-                       f"block_table[{b}, {j}] = {int(pages[j])} is not a page of k (num_blocks = "
-                       f"{num_blocks}); sequence {b} reads it")
+def _raise_for_contents(check, broken, keys, lengths, pages, read, max_seqlen_k, num_blocks, page_size):
+    """CPU tensors: raises naming the argument and the first entry at fault, given each rule's
+    (batch,) mask of the sequences that break it (the CUDA path turns them into NaN instead)."""
+    bad_keys, bad_length, bad_page = broken
+    b = int((bad_keys | bad_length | bad_page).nonzero()[0, 0])
+    if bad_keys[b]:
+        check.fail(InvalidArgumentError, "cu_seqlens_k",
+                   f"sequence {b} has {int(keys[b])} keys; it must be in [0, max_seqlen_k = {max_seqlen_k}]")
+    if bad_length[b]:
+        check.fail(InvalidArgumentError, "seqused_k",
+                   f"seqused_k[{b}] = {int(lengths[b])} must be in [0, {int(keys[b])}] (sequence {b}'s keys)")
+    position = int((read[b] & ((pages[b] < 0) | (pages[b] >= num_blocks))).nonzero()[0, 0])
+    check.fail(InvalidArgumentError, "block_table",
+               f"block_table[{b}, {position // page_size}] = {int(pages[b, position])} is not a page of k "
+               f"(num_blocks = {num_blocks}); sequence {b} reads it")
 
 
 def _rows_of(pages, index, deterministic):
@@ -103,9 +94,12 @@ def gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seq
     # An out-of-range entry of a bad sequence (all of whose outputs become NaN) or the unread
     # first entry of an empty one reads a valid page instead.
     clamped = pages.clamp(0, num_blocks - 1)
-    bad = (read & (clamped != pages)).any(1) | (lengths < 0) | (lengths > keys) | (keys > max_seqlen_k)
+    # The rules, each as the (batch,) mask of the sequences that break it.
+    broken = ((keys < 0) | (keys > max_seqlen_k), (lengths < 0) | (lengths > keys),
+              (read & (clamped != pages)).any(1))
+    bad = broken[0] | broken[1] | broken[2]
     if device.type == "cpu" and not torch.compiler.is_compiling() and bool(bad.any()):
-        _raise_for_contents(check, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, num_blocks, page_size)
+        _raise_for_contents(check, broken, keys, lengths, pages, read, max_seqlen_k, num_blocks, page_size)
     lengths = torch.where(bad, -1, lengths)
     index = (clamped.long() * page_size + source % page_size).flatten()
     starts = torch.arange(0, (batch + 1) * max_seqlen_k, max_seqlen_k, dtype=torch.int32, device=device)

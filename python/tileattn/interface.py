@@ -25,7 +25,7 @@ import torch
 
 from . import _fwd_plan, _kvcache_ops, _kvcache_plan, _ops, _paged_varlen
 from ._checks import Checker
-from ._ffi import DtypeError, InvalidArgumentError
+from ._ffi import InvalidArgumentError
 
 __all__ = [
     "flash_attn_func",
@@ -362,15 +362,8 @@ def flash_attn_with_kvcache(
                      ("cache_leftpad", cache_leftpad, (batch,)),
                      ("block_table", block_table, None))
     for name, x, shape in index_tensors:
-        if x is None:
-            continue
-        check.tensor(x, name)
-        if x.dtype != torch.int32:
-            check.fail(DtypeError, name, f"must be int32, got {x.dtype}")
-        if x.device != q.device:
-            check.fail(InvalidArgumentError, name, f"is on {x.device} but q is on {q.device}")
-        if shape is not None and tuple(x.shape) != shape:
-            check.fail(InvalidArgumentError, name, f"shape {tuple(x.shape)} must be {shape}")
+        if x is not None:
+            check.int32_tensor(x, name, q.device, shape)
     if block_table is not None and (block_table.dim() != 2 or block_table.stride(1) != 1):
         check.fail(InvalidArgumentError, "block_table",
                    f"must be a row-contiguous (batch, max_blocks) matrix, got {tuple(block_table.shape)}")
