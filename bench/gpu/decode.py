@@ -13,6 +13,9 @@ A tileattn layout may end in `:sN` (`contiguous:s2`) to fix num_splits at N inst
 heuristic, so split counts can be compared in one interleaved run, and in `:a` (`page16:a`) to make
 each call append its token as a serving step does: k and v of one new token given, written at
 position L - 1, attention over the L positions (the same K/V bytes read, plus the append kernel).
+`varlen16` / `varlen256` make the step flash_attn_varlen_func's paged call (one query row a
+sequence, cu_seqlens and a block table, as vLLM batches a decode step), which runs on the same
+kernels; `varlen16-gather` forces that call through the gather of the pages into a padded copy.
 Time: each backend's calls are captured in a CUDA graph (no host launch cost in the number, as in
 a serving loop) over enough copies of the cache that consecutive calls miss L2 (50 MB); the
 backends' graphs are replayed in interleaved rounds, and each gets the median per call over its
@@ -75,6 +78,8 @@ def calls(layout, q, caches, seqlens):
     layout, splits, append = parse_layout(layout)
     if append and layout in ("copy", "flash", "cudnn"):
         raise ValueError(f"layout {layout}: only tileattn's layouts take :a (SDPA does not append)")
+    if layout.startswith("varlen") and (append or splits):
+        raise ValueError(f"layout {layout}: the varlen call takes neither :a nor :sN")
     batch, length = caches[0][0].shape[:2]
     # With an append the cache holds L - 1 tokens before the call and L after it.
     new = {}
@@ -99,6 +104,8 @@ def calls(layout, q, caches, seqlens):
             def run(k_cache=k_cache, v_cache=v_cache):
                 return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
                                                         num_splits=splits, **new)
+        elif layout.startswith("varlen"):
+            run = varlen_call(layout, q, k_cache, v_cache, seqlens)
         else:  # paged: the same memory seen as pages, in a random order
             page = int(layout.removeprefix("page"))
             blocks = batch * length // page
@@ -111,6 +118,36 @@ def calls(layout, q, caches, seqlens):
                                                         block_table=table, num_splits=splits, **new)
         fns.append(run)
     return fns
+
+
+def varlen_call(layout, q, k_cache, v_cache, seqlens):
+    """`varlenN`: the step as a serving engine batches it, flash_attn_varlen_func with one query
+    row a sequence and the cache in pages of N (random order), which runs on the KV-cache kernels;
+    `varlenN-gather`: the same call made to gather the pages into a padded copy first, the path
+    every paged varlen call took before session 52."""
+    page_text, _, path = layout.removeprefix("varlen").partition("-")
+    if not page_text.isdigit() or path not in ("", "gather"):
+        raise ValueError(f"layout {layout}: expected varlenN or varlenN-gather")
+    page = int(page_text)
+    batch, length = k_cache.shape[:2]
+    blocks = batch * length // page
+    k_pages = k_cache.view(blocks, page, HEADS_K, DIM)
+    v_pages = v_cache.view(blocks, page, HEADS_K, DIM)
+    table = torch.randperm(blocks, device="cuda", dtype=torch.int32).view(batch, length // page)
+    rows = q.flatten(0, 1)
+    cu_q = torch.arange(batch + 1, device="cuda", dtype=torch.int32)
+    cu_k = torch.cat([seqlens.new_zeros(1), seqlens.cumsum(0, dtype=torch.int32)])
+    route = tileattn._paged_varlen_kvcache
+
+    def run():
+        limit = route.ROW_LIMIT
+        route.ROW_LIMIT = 0 if path == "gather" else limit
+        try:
+            return tileattn.flash_attn_varlen_func(rows, k_pages, v_pages, cu_q, cu_k, 1, length,
+                                                   block_table=table)
+        finally:
+            route.ROW_LIMIT = limit
+    return run
 
 
 def capture(fns):

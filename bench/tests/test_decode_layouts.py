@@ -22,3 +22,15 @@ def test_unknown_suffix_is_refused(layout):
 def test_sdpa_layouts_refuse_append():
     with pytest.raises(ValueError, match="only tileattn"):
         load_gpu_script("decode").calls("cudnn:a", None, [(None, None)], None)
+
+
+@pytest.mark.parametrize("layout", ["varlen16:a", "varlen256:s2"])
+def test_varlen_layouts_refuse_append_and_splits(layout):
+    with pytest.raises(ValueError, match="neither"):
+        load_gpu_script("decode").calls(layout, None, [(None, None)], None)
+
+
+@pytest.mark.parametrize("layout", ["varlen", "varlen16-copy", "varlenx"])
+def test_varlen_layout_names_are_checked(layout):
+    with pytest.raises(ValueError, match="varlenN"):
+        load_gpu_script("decode").varlen_call(layout, None, None, None, None)

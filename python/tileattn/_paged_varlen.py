@@ -48,10 +48,20 @@ def check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, device):
                    f"{max_seqlen_k} keys")
 
 
-def _raise_for_contents(check, broken, keys, lengths, pages, read, max_seqlen_k, num_blocks, page_size):
-    """CPU tensors: raises naming the argument and the first entry at fault, given each rule's
-    (batch,) mask of the sequences that break it (the CUDA path turns them into NaN instead)."""
-    bad_keys, bad_length, bad_page = broken
+def sequence_faults(keys, lengths, block_table, max_seqlen_k, num_blocks, page_size):
+    """The content rules of a paged call's keys: ((batch,) masks of the sequences with a key count
+    outside [0, max_seqlen_k], a seqused_k outside [0, keys], a block-table entry they read that is
+    not a page), and the (batch, max_blocks) mask of those entries.  Torch ops, no host read."""
+    pages_read = (lengths.clamp(min=0) + page_size - 1) // page_size
+    read = torch.arange(block_table.shape[1], device=block_table.device) < pages_read[:, None]
+    bad_entry = read & ((block_table < 0) | (block_table >= num_blocks))
+    return ((keys < 0) | (keys > max_seqlen_k), (lengths < 0) | (lengths > keys), bad_entry.any(1)), bad_entry
+
+
+def raise_for_contents(check, faults, bad_entry, keys, lengths, block_table, max_seqlen_k, num_blocks):
+    """CPU tensors: raises naming the argument and the first entry at fault, given
+    sequence_faults' masks (the CUDA path turns them into NaN instead)."""
+    bad_keys, bad_length, bad_page = faults
     b = int((bad_keys | bad_length | bad_page).nonzero()[0, 0])
     if bad_keys[b]:
         check.fail(InvalidArgumentError, "cu_seqlens_k",
@@ -59,9 +69,9 @@ def _raise_for_contents(check, broken, keys, lengths, pages, read, max_seqlen_k,
     if bad_length[b]:
         check.fail(InvalidArgumentError, "seqused_k",
                    f"seqused_k[{b}] = {int(lengths[b])} must be in [0, {int(keys[b])}] (sequence {b}'s keys)")
-    position = int((read[b] & ((pages[b] < 0) | (pages[b] >= num_blocks))).nonzero()[0, 0])
+    j = int(bad_entry[b].nonzero()[0, 0])
     check.fail(InvalidArgumentError, "block_table",
-               f"block_table[{b}, {position // page_size}] = {int(pages[b, position])} is not a page of k "
+               f"block_table[{b}, {j}] = {int(block_table[b, j])} is not a page of k "
                f"(num_blocks = {num_blocks}); sequence {b} reads it")
 
 
@@ -84,32 +94,28 @@ def gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seq
     device = k.device
     keys = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
     lengths = keys if seqused_k is None else seqused_k
+    faults, bad_entry = sequence_faults(keys, lengths, block_table, max_seqlen_k, num_blocks, page_size)
+    bad = faults[0] | faults[1] | faults[2]
+    if device.type == "cpu" and not torch.compiler.is_compiling() and bool(bad.any()):
+        raise_for_contents(check, faults, bad_entry, keys, lengths, block_table, max_seqlen_k, num_blocks)
     position = torch.arange(max_seqlen_k, device=device)
     read = position < lengths[:, None]  # (batch, max_seqlen_k)
     # A row past a sequence's length repeats its first key.  The kernels mask such rows out of
     # the scores, but a tile may still load them, and a probability of 0 times a NaN value is NaN:
-    # unwritten page slots (torch.empty pages) must never be the source.
+    # unwritten page slots (torch.empty pages) must never be the source.  An out-of-range entry of
+    # a bad sequence (all of whose outputs become NaN) or the unread first entry of an empty one
+    # reads a valid page instead.
     source = position * read
-    pages = block_table.gather(1, source // page_size)
-    # An out-of-range entry of a bad sequence (all of whose outputs become NaN) or the unread
-    # first entry of an empty one reads a valid page instead.
-    clamped = pages.clamp(0, num_blocks - 1)
-    # The rules, each as the (batch,) mask of the sequences that break it.
-    broken = ((keys < 0) | (keys > max_seqlen_k), (lengths < 0) | (lengths > keys),
-              (read & (clamped != pages)).any(1))
-    bad = broken[0] | broken[1] | broken[2]
-    if device.type == "cpu" and not torch.compiler.is_compiling() and bool(bad.any()):
-        _raise_for_contents(check, broken, keys, lengths, pages, read, max_seqlen_k, num_blocks, page_size)
+    pages = block_table.gather(1, source // page_size).clamp(0, num_blocks - 1)
     lengths = torch.where(bad, -1, lengths)
-    index = (clamped.long() * page_size + source % page_size).flatten()
+    index = (pages.long() * page_size + source % page_size).flatten()
     starts = torch.arange(0, (batch + 1) * max_seqlen_k, max_seqlen_k, dtype=torch.int32, device=device)
     return _rows_of(k, index, deterministic), _rows_of(v, index, deterministic), starts, lengths
 
 
-def paged_keys_as_rows(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k,
-                       deterministic):
-    """Checks a paged varlen call's arguments and gathers its keys; returns (k_rows, v_rows,
-    cu_seqlens_k, seqused_k) to pass on to the ordinary varlen call in place of the caller's."""
+def check_paged_call(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k):
+    """Checks a paged varlen call's arguments (shapes only); returns (cu_seqlens_q, cu_seqlens_k,
+    max_seqlen_k, seqused_k) as the rest of the call takes them."""
     check.dims(q, "q", 3, "(total_q, nheads, headdim)")
     cu_seqlens_q = check.cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.device)
     batch = cu_seqlens_q.shape[0] - 1
@@ -119,4 +125,4 @@ def paged_keys_as_rows(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, 
     check.heads(q, k, v, ("q", "k", "v"), seq_dim=0)
     cu_seqlens_k = check.cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q.device, batch, "cu_seqlens_q")
     seqused_k = check.seqused_k(seqused_k, batch, q.device)
-    return gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, deterministic)
+    return cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k

@@ -23,7 +23,7 @@ import functools
 
 import torch
 
-from . import _fwd_plan, _kvcache_ops, _kvcache_plan, _ops, _paged_varlen
+from . import _fwd_plan, _kvcache_ops, _kvcache_plan, _ops, _paged_varlen, _paged_varlen_kvcache
 from ._checks import Checker
 from ._ffi import InvalidArgumentError
 
@@ -248,7 +248,9 @@ def flash_attn_varlen_func(
     Extra (keyword only): seqused_k, int32 (batch_size,): keys actually used by each sequence.
     Paged keys: k and v (num_blocks, page_size, nheads_k, headdim), page_size a multiple of 16,
     and block_table (batch_size, max_blocks) int32; sequence b's key j is in page
-    block_table[b, j // page_size].  The pages are gathered into a padded copy first
+    block_table[b, j // page_size].  A call that wants no gradient, dropout or attn_probs and has
+    few query rows a KV group (a decode step) runs on the KV-cache kernels, which read the pages in
+    place (_paged_varlen_kvcache.py); any other is gathered into a padded copy first
     (_paged_varlen.py says what that costs).
     """
     plan = None
@@ -264,9 +266,17 @@ def flash_attn_varlen_func(
             return out
     check = Checker("flash_attn_varlen_func")
     if block_table is not None:
-        k, v, cu_seqlens_k, seqused_k = _paged_varlen.paged_keys_as_rows(
-            check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k,
-            bool(deterministic))
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k = _paged_varlen.check_paged_call(
+            check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k)
+        max_seqlen_q = check.seqlen(max_seqlen_q, "max_seqlen_q")
+        dropout_p, _, _, _, _ = _options(check, q, dropout_p, softmax_scale, causal, window_size, softcap)
+        alibi_slopes = check.alibi(alibi_slopes, block_table.shape[0], q.shape[1], q.device)
+        if _paged_varlen_kvcache.applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
+            return _paged_varlen_kvcache.attention(
+                check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                seqused_k, softmax_scale, causal, window_size, softcap, alibi_slopes)
+        k, v, cu_seqlens_k, seqused_k = _paged_varlen.gather_paged_keys(
+            check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, bool(deterministic))
     return _varlen_attention(
         check, q, k, v, ("q", "k", "v"), cu_seqlens_q, cu_seqlens_k,
         ("cu_seqlens_q", "cu_seqlens_k"), max_seqlen_q, max_seqlen_k,

@@ -118,3 +118,18 @@ FLOOR = {torch.float32: 1e-4, torch.float16: 1e-4, torch.bfloat16: 1e-3}
 
 def rand(*shape, dtype, device, requires_grad=False):
     return torch.randn(*shape, dtype=dtype, device=device).requires_grad_(requires_grad)
+
+
+def capture_cuda_graph(step, warm_up=None):
+    """(graph, what step() returned while captured): one call of warm_up (default: step) on a
+    side stream first, as torch.cuda.graph asks, so that lazy initialization stays out of the
+    capture."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        (warm_up or step)()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step()
+    return graph, outputs

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import tileattn
+from tileattn import _paged_varlen, _paged_varlen_kvcache
 from tileattn import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                       flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                       flash_attn_varlen_qkvpacked_func)
@@ -128,6 +129,10 @@ CASES = {
     "paged keys not monotone": (lambda: paged(cu_seqlens_k=i32(0, 5, 3)), ValueError,
                                 "cu_seqlens_k"),
     "paged seqused_k too long": (lambda: paged(seqused_k=i32(6, 1)), ValueError, "seqused_k"),
+    "paged rows past q": (lambda: paged(cu_seqlens_q=i32(0, 9, 21)), ValueError, "cu_seqlens_q"),
+    "paged rows not monotone": (lambda: paged(cu_seqlens_q=i32(0, 8, 5)), ValueError, "cu_seqlens_q"),
+    "paged rows start below 0": (lambda: paged(cu_seqlens_q=i32(-1, 8, 20)), ValueError, "cu_seqlens_q"),
+    "paged sequence past max_seqlen_q": (lambda: paged(max_seqlen_q=11), ValueError, "max_seqlen_q"),
 }
 
 
@@ -162,9 +167,20 @@ def test_device_mismatch():
     assert raised.value.argument == "k"
 
 
-def test_paged_call_of_the_cases_runs():
-    """The paged cases above start from a call that works."""
-    assert paged().shape == vq.shape
+def test_paged_call_of_the_cases_runs(monkeypatch):
+    """The paged cases above start from a call that works, and it runs on the KV-cache kernels
+    (no gradient, 12 query rows x 2 heads a KV group)."""
+    gathered = []
+    monkeypatch.setattr(_paged_varlen, "gather_paged_keys", lambda *args: gathered.append(args))
+    assert paged().shape == vq.shape and not gathered
+
+
+@pytest.mark.parametrize("case", [name for name in CASES if name.startswith("paged")])
+def test_paged_cases_raise_alike_through_the_gather(case, monkeypatch):
+    """A paged call that wants a gradient is gathered instead (_paged_varlen.py): the same bad
+    input names the same argument there."""
+    monkeypatch.setattr(_paged_varlen_kvcache, "applies", lambda *args: False)
+    test_bad_input_names_the_argument(case)
 
 
 def test_nothing_runs_on_bad_input():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tileattn
-from conftest import DEVICES
+from conftest import DEVICES, capture_cuda_graph
 
 pytestmark = pytest.mark.skipif("cuda" not in DEVICES, reason="needs the CUDA backend")
 
@@ -47,14 +47,8 @@ def test_decode_step_replays_in_a_cuda_graph(num_splits):
                 v_cache[block].normal_()
 
     fill([5, 0, 100, 300])
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
-        step(k_cache.clone(), v_cache.clone())
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        graph_out, graph_lse = step(k_cache, v_cache)
+    graph, (graph_out, graph_lse) = capture_cuda_graph(
+        lambda: step(k_cache, v_cache), warm_up=lambda: step(k_cache.clone(), v_cache.clone()))
 
     for lengths in ([7, 0, 150, 330], [1, 200, 16, 47], [370, 31, 0, 64]):
         fill(lengths)

@@ -8,7 +8,7 @@ and off the kernels' tiles (Sq != Sk both ways), 1-7 query heads per KV head, he
 256 (odd ones included, which take the unaligned paths), masks, windows, softcap, ALiBi, the
 scale, the deterministic backward and the dtype; packed batches of 1-5 sequences (empty ones
 included) with seqused_k and rows past the last sequence, and the same with the keys in pages
-(block_table); for the KV cache also page sizes, cache lengths
+(block_table), and in pages with a serving step's few query rows; for the KV cache also page sizes, cache lengths
 (empty ones included), cache_batch_idx, cache_leftpad, rotary (any even rotary_dim, interleaved
 or not), new tokens appended and split counts.  The draws follow the test's seed
 (TILEATTN_TEST_SEED, conftest.py), so a failure names its configurations and replays with the seed.
@@ -26,6 +26,8 @@ from test_attention import run_and_compare
 from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from test_varlen import run_varlen
 from test_varlen_paged import run_paged
+from test_varlen_paged_decode import run_decode
+from tileattn import _paged_varlen_kvcache
 
 LENGTHS = [1, 2, 15, 17, 63, 64, 65, 127, 128, 129, 191, 255, 300, 513, 777, 1000, 1100]
 HEAD_DIMS = [8, 16, 20, 32, 33, 40, 48, 64, 72, 80, 96, 112, 128, 144, 160, 192, 200, 224, 256]
@@ -183,9 +185,27 @@ def draw_paged_varlen_config(rng, device):
     return description, lambda: run_paged(device, dtype, seqlens_q, seqlens_k, page_size, **options)
 
 
+def draw_paged_decode_config(rng, device):
+    """The paged configurations as a serving step batches them: 0 to ROW_LIMIT / (query heads a
+    KV head) query rows a sequence and no gradient, so they run on the KV-cache kernels; checked
+    by test_varlen_paged_decode.run_decode."""
+    drawn_q, seqlens_k, dtype, options, description = draw_varlen_problem(rng, device)
+    del options["tail_rows"]
+    most = _paged_varlen_kvcache.ROW_LIMIT // (options["num_heads"] // options["num_heads_k"])
+    seqlens_q = [rng.choice([0, 1, 1, 1, rng.randint(1, most)]) for _ in seqlens_k]
+    page_size = rng.choice([16, 32, 48, 64, 256])
+    description = description.replace(f"seqlens_q {drawn_q}", f"seqlens_q {seqlens_q}", 1)
+    description += f", pages of {page_size}"
+    return description, lambda: run_decode(device, dtype, seqlens_q, seqlens_k, page_size, **options)
+
+
 def test_random_varlen_configurations(device):
     run_draws(device, draw_varlen_config)
 
 
 def test_random_paged_varlen_configurations(device):
     run_draws(device, draw_paged_varlen_config)
+
+
+def test_random_paged_decode_configurations(device):
+    run_draws(device, draw_paged_decode_config)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from test_varlen import LENGTHS, check_sequences, cu
-from conftest import dtypes_for
+from conftest import capture_cuda_graph, dtypes_for
 from tileattn import flash_attn_varlen_func
 
 
@@ -183,42 +183,47 @@ def test_cuda_paged_bad_contents_give_nan(case):
     assert not torch.isnan(good).any()
 
 
+# Query rows a sequence in each replay: chunks of up to 40 rows (40 x 4 heads a KV group, past
+# the KV-cache kernels' limit: the gather), and decode steps of 0-1 rows (the KV-cache kernels).
+REPLAYED_ROWS = {
+    "prefill chunks": (40, ([40, 40, 40], [17, 40, 3], [1, 0, 40], [40, 33, 2])),
+    "decode steps": (1, ([1, 1, 1], [1, 1, 1], [1, 0, 1], [0, 1, 1])),
+}
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_cuda_paged_varlen_replays_in_a_cuda_graph():
-    """A chunked-prefill step over paged keys reads nothing on the host: one capture replays as
-    the key lengths and the block table change, equal to the eager call bit for bit."""
+@pytest.mark.parametrize("kind", list(REPLAYED_ROWS))
+def test_cuda_paged_varlen_replays_in_a_cuda_graph(kind):
+    """A serving step over paged keys reads nothing on the host: one capture replays as the query
+    rows, the key lengths and the block table change, equal to the eager call bit for bit."""
     device, dtype, page, batch, max_blocks = "cuda", torch.bfloat16, 16, 3, 8
+    max_rows, replays = REPLAYED_ROWS[kind]
     pages = torch.randn(batch * max_blocks + 2, page, 2, 64, dtype=dtype, device=device)
-    q = torch.randn(3 * 4, 8, 64, dtype=dtype, device=device)
-    cu_q = cu([4, 4, 4], device)
+    q = torch.randn(batch * max_rows, 8, 64, dtype=dtype, device=device)
+    cu_q = torch.empty(batch + 1, dtype=torch.int32, device=device)
     cu_k = torch.empty(batch + 1, dtype=torch.int32, device=device)
     block_table = torch.empty(batch, max_blocks, dtype=torch.int32, device=device)
 
-    def fill(lengths):
+    def fill(rows, lengths):
+        cu_q.copy_(cu(rows, "cpu"))
         cu_k.copy_(cu(lengths, "cpu"))
         block_table.copy_(torch.randperm(pages.shape[0], dtype=torch.int32)[:batch * max_blocks].view(batch, -1))
         q.normal_()
 
     def step():
-        return flash_attn_varlen_func(q, pages, pages, cu_q, cu_k, 4, page * max_blocks, causal=True,
+        return flash_attn_varlen_func(q, pages, pages, cu_q, cu_k, max_rows, page * max_blocks, causal=True,
                                       block_table=block_table)
 
-    fill([40, 4, 128])
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        graph_out = step()
-    for lengths in ([17, 100, 5], [128, 0, 64], [4, 33, 127]):
-        fill(lengths)
+    fill(replays[0], [40, 4, 128])
+    graph, graph_out = capture_cuda_graph(step)
+    for rows, lengths in zip(replays[1:], ([17, 100, 5], [128, 0, 64], [4, 33, 127])):
+        fill(rows, lengths)
         expected = step()
         graph.replay()
         torch.cuda.synchronize()
-        assert not expected[:4 * 3].isnan().any()
-        assert torch.equal(graph_out, expected), f"replayed output differs for {lengths}"
+        used = slice(0, sum(rows))
+        assert not expected[used].isnan().any()
+        assert torch.equal(graph_out[used], expected[used]), f"replayed output differs for {rows}, {lengths}"
 
 
 def test_paged_varlen_dropout_is_the_packed_calls(device):
