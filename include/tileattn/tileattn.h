@@ -137,7 +137,8 @@ typedef struct tileattn_bwd_params {
 /* Decoding over a KV cache: flash-attn 2.x's flash_attn_with_kvcache.
  *
  * fwd holds q (B, Sq, H, D), out, softmax_lse (B, H, Sq) and the options (scale, window, softcap,
- * ALiBi; no dropout, no varlen fields), and k/v point at the caches:
+ * ALiBi; no dropout; of the varlen fields only cu_seqlens_q and total_q, below), and k/v point at
+ * the caches:
  *   contiguous (block_table NULL): (num_cache_entries, Smax, Hk, D), fwd.seqlen_k = Smax, the
  *     batch strides step one cache entry; sequence b uses entry cache_batch_idx[b] (or b);
  *   paged: (num_blocks, page_size, Hk, D), the batch strides step one page, fwd.seqlen_k =
@@ -153,7 +154,13 @@ typedef struct tileattn_bwd_params {
  * first rotary_dim dims of the new k at positions cache_seqlens[b] + i, and of q at the same
  * positions when causal or windowed, else every query row at position cache_seqlens[b];
  * interleaved pairs (0,1),(2,3).. or, when rotary_interleaved is 0, halves (i, i + rotary_dim/2).
- * Positions are cache indices (cache_leftpad does not shift them). */
+ * Positions are cache indices (cache_leftpad does not shift them).
+ * Packed query rows (flash-attn 3's cu_seqlens_q): with fwd.cu_seqlens_q, int32 (B + 1) prefix sums,
+ * q and out are (fwd.total_q, H, D) (batch strides ignored), softmax_lse is (H, total_q)
+ * (lse_batch_stride ignored) and fwd.seqlen_q is max_seqlen_q; sequence b's rows
+ * cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 attend as a call with seqlen_q = their count would,
+ * masks bottom-right aligned to that count.  Not combined with k_new or rotary.  The CUDA backend
+ * returns TILEATTN_ERROR_UNSUPPORTED for it for now (the Python package lays the rows out itself). */
 typedef struct tileattn_kvcache_params {
   tileattn_fwd_params fwd;
   const int32_t* cache_seqlens;   /* (B): tokens in the cache before the append; required */

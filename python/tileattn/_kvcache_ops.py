@@ -25,12 +25,13 @@ def _kvcache_fwd_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                 cache_leftpad: Optional[Tensor], block_table: Optional[Tensor],
                 softmax_scale: float, window_left: int, window_right: int, softcap: float,
                 rotary_interleaved: bool, alibi_slopes: Optional[Tensor],
-                num_splits: int) -> Tuple[Tensor, Tensor]:
-    """Returns (out, softmax_lse (B, H, Sq)); k_cache and v_cache receive k and v."""
+                num_splits: int, cu_seqlens_q: Optional[Tensor], max_seqlen_q: int) -> Tuple[Tensor, Tensor]:
+    """Returns (out, softmax_lse (B, H, Sq), or (H, total_q) with cu_seqlens_q); k_cache and
+    v_cache receive k and v."""
     params, out, lse, copies = kvcache_params(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
-        rotary_interleaved, alibi_slopes, num_splits)
+        rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q)
     _on_device(q.device, forward_kvcache, params)
     del copies  # alive until the library has read them
     return out, lse
@@ -44,8 +45,10 @@ def forward_kvcache(params, workspace_bytes=None):
 
 def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                    cache_batch_idx, cache_leftpad, block_table, softmax_scale, window_left,
-                   window_right, softcap, rotary_interleaved, alibi_slopes, num_splits):
-    """(params, out, lse, copies) for one kvcache call.  `copies` holds the inputs copied to
+                   window_right, softcap, rotary_interleaved, alibi_slopes, num_splits,
+                   cu_seqlens_q=None, max_seqlen_q=0):
+    """(params, out, lse, copies) for one kvcache call (q packed (total_q, H, D) when
+    cu_seqlens_q is given).  `copies` holds the inputs copied to
     make a last dim contiguous, which params point at: the caller keeps it until the library
     call returns (on the CPU backend a freed copy's memory is reused at once)."""
     given = (q, k, v, rotary_cos, rotary_sin, alibi_slopes)
@@ -54,17 +57,21 @@ def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
         rotary_cos, rotary_sin = rotary_cos.contiguous(), rotary_sin.contiguous()
     used = (q, k, v, rotary_cos, rotary_sin, alibi_slopes)
     copies = tuple(b for a, b in zip(given, used) if a is not b)
-    batch, seqlen_q, num_heads, _ = q.shape
+    batch, seqlen_q, num_heads = (cu_seqlens_q.shape[0] - 1, max_seqlen_q, q.shape[1]) if packed_q(cu_seqlens_q) \
+        else (q.shape[0], q.shape[1], q.shape[2])
     paged = block_table is not None
     seqlen_k = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
     out = _new_output(q)
-    lse = _new_output(q, (batch, num_heads, seqlen_q), torch.float32)
+    lse = _new_output(q, lse_shape(q, cu_seqlens_q), torch.float32)
     params = _ffi.KvCacheParams()
     _fill_forward(params.fwd, q, k_cache, v_cache, out, lse, None, batch=batch, seqlen_q=seqlen_q,
                   seqlen_k=seqlen_k, varlen=False, cu_seqlens_q=None, cu_seqlens_k=None,
                   seqused_k=None, dropout_p=0.0, softmax_scale=softmax_scale,
                   window_left=window_left, window_right=window_right, softcap=softcap,
                   alibi_slopes=alibi_slopes, seed=0, offset=0)
+    if packed_q(cu_seqlens_q):  # lse (H, total_q)
+        params.fwd.cu_seqlens_q, params.fwd.total_q = cu_seqlens_q.data_ptr(), q.shape[0]
+        params.fwd.lse_batch_stride, params.fwd.lse_head_stride = 0, lse.stride(0)
     params.cache_seqlens = cache_seqlens.data_ptr()
     params.cache_batch_idx = _opt_ptr(cache_batch_idx)
     params.cache_leftpad = _opt_ptr(cache_leftpad)
@@ -89,6 +96,17 @@ def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
     return params, out, lse, copies
 
 
+def packed_q(cu_seqlens_q):
+    return cu_seqlens_q is not None
+
+
+def lse_shape(q, cu_seqlens_q):
+    """softmax_lse's shape: (B, H, Sq), or (H, total_q) for packed query rows."""
+    if packed_q(cu_seqlens_q):
+        return (q.shape[1], q.shape[0])
+    return (q.shape[0], q.shape[2], q.shape[1])
+
+
 kvcache_fwd = torch.library.custom_op(
     "tileattn::kvcache_fwd", mutates_args=("k_cache", "v_cache"))(_kvcache_fwd_impl)
 
@@ -96,9 +114,8 @@ kvcache_fwd = torch.library.custom_op(
 @kvcache_fwd.register_fake
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
       cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
-      rotary_interleaved, alibi_slopes, num_splits):
-    batch, seqlen_q, num_heads, _ = q.shape
-    return q.new_empty(q.shape), q.new_empty((batch, num_heads, seqlen_q), dtype=torch.float32)
+      rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q):
+    return q.new_empty(q.shape), q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
 
 
 def call_kvcache_fwd(q, k_cache, v_cache, k, v, *options, on_success=None):

@@ -25,7 +25,7 @@ hits = 0  # calls served from a plan since import (tests check the fast path rea
 
 def signature(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
               cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
-              rotary_interleaved, alibi_slopes, num_splits):
+              rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q=None, max_seqlen_q=None):
     """The call's signature, or None when it cannot have one (an argument without tensor
     attributes): such calls take the full path, which says what is wrong.  The signature may be
     unhashable (a list option); run() and store() then ignore it."""
@@ -42,7 +42,8 @@ def signature(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
                 tensor_key(cache_leftpad), tensor_key(block_table), tensor_key(alibi_slopes),
                 torch.is_grad_enabled(), type(softmax_scale), softmax_scale, type(causal), causal,
                 type(left), left, type(right), right, type(softcap), softcap,
-                type(rotary_interleaved), rotary_interleaved, type(num_splits), num_splits)
+                type(rotary_interleaved), rotary_interleaved, type(num_splits), num_splits,
+                tensor_key(cu_seqlens_q), type(max_seqlen_q), max_seqlen_q)
     except AttributeError:
         return None
 
@@ -54,7 +55,7 @@ def store(key, params, lse):
 
 
 def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-        cache_leftpad, block_table, alibi_slopes):
+        cache_leftpad, block_table, alibi_slopes, cu_seqlens_q=None):
     """(out, lse) from the plan of `key`, or None when the full path must run: no plan, a tracer
     active, or q on a device other than the current one (the full path switches to it)."""
     global hits
@@ -65,7 +66,8 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     if on_cuda and on_other_device(q):
         return None
     if not isinstance(cache_seqlens, torch.Tensor):  # an int, as the full path takes it
-        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+        batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
+        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
     out = _ops._new_output(q)
     lse = _ops._new_output(lse_like)
     params = _ffi.KvCacheParams.from_buffer_copy(template)
@@ -82,6 +84,8 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
         params.k_new, params.v_new = k.data_ptr(), v.data_ptr()
     if rotary_cos is not None:
         params.rotary_cos, params.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
+    if cu_seqlens_q is not None:
+        params.fwd.cu_seqlens_q = cu_seqlens_q.data_ptr()
     if not call_with_workspace(_plans, key, _ffi.library().forward_kvcache, params, on_cuda,
                                workspace_bytes, q):
         return None

@@ -23,7 +23,8 @@ import functools
 
 import torch
 
-from . import _fwd_plan, _kvcache_ops, _kvcache_plan, _ops, _paged_varlen, _paged_varlen_kvcache
+from . import (_fwd_plan, _kvcache_ops, _kvcache_packed_q, _kvcache_plan, _ops, _paged_varlen,
+               _paged_varlen_kvcache)
 from ._checks import Checker
 from ._ffi import InvalidArgumentError
 
@@ -304,6 +305,9 @@ def flash_attn_with_kvcache(
     alibi_slopes=None,
     num_splits=0,
     return_softmax_lse=False,
+    *,
+    cu_seqlens_q=None,
+    max_seqlen_q=None,
 ):
     """Attention over a KV cache, with the new tokens appended in place (flash-attn 2.x).
 
@@ -320,19 +324,43 @@ def flash_attn_with_kvcache(
     host (a decode step can be captured in a CUDA graph); the index tensors' contents are checked
     in the kernel instead: a sequence whose cache_seqlens / cache_leftpad / cache_batch_idx is out
     of range gets NaN and no append, and an out-of-range block_table entry reads as NaN.
+
+    Extra (keyword only, flash-attn 3's names): packed query rows, q (total_q, nheads, headdim)
+    with cu_seqlens_q int32 (batch + 1,) and max_seqlen_q, as a serving engine batches decode
+    steps of 0 to a few rows a sequence; each sequence's rows attend as a call with seqlen_q =
+    their count would (masks bottom-right aligned to it).  out is (total_q, nheads, headdim) and
+    softmax_lse (nheads, total_q).  Not with k/v to append or rotary.  Bad cu_seqlens_q contents
+    raise on the CPU and make every output NaN on CUDA.
     """
     plan = _kvcache_plan.signature(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
-        rotary_interleaved, alibi_slopes, num_splits)
+        rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q)
     if plan is not None:
         outputs = _kvcache_plan.run(plan, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
                                     cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
-                                    alibi_slopes)
+                                    alibi_slopes, cu_seqlens_q)
         if outputs is not None:
             return outputs if return_softmax_lse else outputs[0]
     check = Checker("flash_attn_with_kvcache")
-    check.dims(q, "q", 4, _BATCH_LAYOUT)
+    packed = cu_seqlens_q is not None
+    if packed:
+        check.dims(q, "q", 3, "(total_q, nheads, headdim) with cu_seqlens_q")
+        given_cu = cu_seqlens_q
+        cu_seqlens_q = check.cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.device)
+        if cu_seqlens_q is not given_cu:
+            plan = None  # the parameters would point at this call's contiguous copy
+        if max_seqlen_q is None:
+            check.fail(InvalidArgumentError, "max_seqlen_q", "is required with cu_seqlens_q")
+        max_seqlen_q = check.seqlen(max_seqlen_q, "max_seqlen_q")
+        for name, x in (("k", k), ("rotary_cos", rotary_cos)):
+            if x is not None:
+                check.fail(InvalidArgumentError, name,
+                           "cannot be given with packed query rows (cu_seqlens_q) yet")
+    else:
+        if max_seqlen_q is not None:
+            check.fail(InvalidArgumentError, "max_seqlen_q", "is for packed query rows; give cu_seqlens_q too")
+        check.dims(q, "q", 4, _BATCH_LAYOUT)
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
         check.dims(x, name, 4, "(batch_cache, seqlen_cache, nheads_k, headdim) or (num_blocks, "
                    "page_size, nheads_k, headdim)")
@@ -361,7 +389,7 @@ def flash_attn_with_kvcache(
                        f"{tuple(rotary_sin.shape)}")
     check.dtype_and_device(tensors)
     check.heads(q, k_cache, v_cache, ("q", "k_cache", "v_cache"), seq_dim=0)
-    batch = q.shape[0]
+    batch = cu_seqlens_q.shape[0] - 1 if packed else q.shape[0]
     if cache_seqlens is None:
         check.fail(InvalidArgumentError, "cache_seqlens", "is required (int or (batch,) int32)")
     if isinstance(cache_seqlens, int):
@@ -383,11 +411,16 @@ def flash_attn_with_kvcache(
     if any(a is not b for a, b in zip(given, (cache_seqlens, cache_batch_idx, cache_leftpad))):
         plan = None  # the parameters would point at this call's copies
     _, scale, left, right, softcap = _options(check, q, 0.0, softmax_scale, causal, window_size, softcap)
-    alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[2], q.device)
+    alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[-2], q.device)
     check.int32(num_splits, "num_splits", 0)
+    if packed and _kvcache_packed_q.lays_out_rows(q.device):
+        return _kvcache_packed_q.attention(
+            q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
+            cu_seqlens_q, max_seqlen_q, softmax_scale, causal, window_size, softcap, alibi_slopes,
+            num_splits, return_softmax_lse)
     out, lse = _kvcache_ops.call_kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, scale, left, right, softcap, bool(rotary_interleaved),
-        alibi_slopes, num_splits,
+        alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q or 0,
         on_success=None if plan is None else lambda params, lse: _kvcache_plan.store(plan, params, lse))
     return (out, lse) if return_softmax_lse else out

@@ -353,9 +353,10 @@ void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
 
 void validate_kvcache(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
-  if (f.cu_seqlens_q || f.cu_seqlens_k) {
-    invalid("cu_seqlens_q", "flash_attn_with_kvcache takes no cu_seqlens; use cache_seqlens");
-  }
+  const bool packed_q = f.cu_seqlens_q != nullptr;
+  if (f.cu_seqlens_k) invalid("cu_seqlens_k", "flash_attn_with_kvcache takes no cu_seqlens_k; use cache_seqlens");
+  if (packed_q && p.k_new) invalid("k", "new tokens cannot be appended to a call with packed query rows (cu_seqlens_q)");
+  if (packed_q && p.rotary_cos) invalid("rotary_cos", "rotary is not applied to packed query rows (cu_seqlens_q)");
   if (f.seqused_k) invalid("seqused_k", "flash_attn_with_kvcache takes no seqused_k; use cache_seqlens");
   if (f.dropout_p != 0.0f) invalid("dropout_p", "flash_attn_with_kvcache has no dropout");
   if (f.attn_probs) invalid("attn_probs", "flash_attn_with_kvcache returns no attention probabilities");
@@ -389,6 +390,10 @@ void validate_kvcache(const KvCacheParams& p) {
   // first entry; the caches themselves below, as the (entries, rows, Hk, D) tensors they are.
   ForwardParams q_side = f;
   q_side.seqlen_k = 0;
+  if (packed_q) {  // q, out and lse as the varlen form's; no key rows
+    q_side.cu_seqlens_k = f.cu_seqlens_q;
+    q_side.total_k = 0;
+  }
   const ForwardViews q_tensors = check_forward_struct(q_side);
   const bool appends = p.k_new != nullptr;
   const int bytes = element_bytes(f.dtype);
@@ -426,9 +431,33 @@ void validate_kvcache(const KvCacheParams& p) {
   check_kvcache_overlaps(p, q_side, q_tensors, t);
 }
 
+namespace {
+
+// The rules of one cu_seqlens array: entries from >= 0, monotone, no sequence longer than
+// max_len, the last entry inside the total packed rows.
+void check_cu_seqlens(const char* name, const int32_t* cu, int batch, int64_t total, int max_len,
+                      const char* max_name) {
+  if (cu[0] < 0) invalid(name, name, "[0] is ", cu[0], "; it must be >= 0");
+  for (int b = 0; b < batch; ++b) {
+    const int64_t len = static_cast<int64_t>(cu[b + 1]) - cu[b];
+    if (len < 0) {
+      invalid(name, name, " is not monotone: entry ", b + 1, " (", cu[b + 1], ") is below entry ", b, " (",
+              cu[b], ")");
+    }
+    if (len > max_len) {
+      invalid(max_name, "sequence ", b, " has length ", len, " (from ", name, "), more than ", max_name, " = ",
+              max_len);
+    }
+  }
+  if (cu[batch] > total) invalid(name, name, "[", batch, "] is ", cu[batch], ", past the ", total, " packed rows");
+}
+
+}  // namespace
+
 void validate_kvcache_contents(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
   const bool paged = p.block_table != nullptr;
+  if (f.cu_seqlens_q) check_cu_seqlens("cu_seqlens_q", f.cu_seqlens_q, f.batch, f.total_q, f.seqlen_q, "max_seqlen_q");
   for (int b = 0; b < f.batch; ++b) {
     const int64_t seqlen = p.cache_seqlens[b];
     const int64_t end = seqlen + (p.k_new ? p.seqlen_new : 0);
@@ -470,33 +499,8 @@ void validate_kvcache_contents(const KvCacheParams& p) {
 
 void validate_sequence_lengths(const ForwardParams& p) {
   if (is_varlen(p)) {
-    struct Side {
-      const char* name;
-      const int32_t* cu;
-      int64_t total;
-      int max_len;
-      const char* max_name;
-    };
-    const Side sides[] = {{"cu_seqlens_q", p.cu_seqlens_q, p.total_q, p.seqlen_q, "max_seqlen_q"},
-                          {"cu_seqlens_k", p.cu_seqlens_k, p.total_k, p.seqlen_k, "max_seqlen_k"}};
-    for (const Side& s : sides) {
-      if (s.cu[0] < 0) invalid(s.name, s.name, "[0] is ", s.cu[0], "; it must be >= 0");
-      for (int b = 0; b < p.batch; ++b) {
-        const int64_t len = static_cast<int64_t>(s.cu[b + 1]) - s.cu[b];
-        if (len < 0) {
-          invalid(s.name, s.name, " is not monotone: entry ", b + 1, " (", s.cu[b + 1],
-                  ") is below entry ", b, " (", s.cu[b], ")");
-        }
-        if (len > s.max_len) {
-          invalid(s.max_name, "sequence ", b, " has length ", len, " (from ", s.name,
-                  "), more than ", s.max_name, " = ", s.max_len);
-        }
-      }
-      if (s.cu[p.batch] > s.total) {
-        invalid(s.name, s.name, "[", p.batch, "] is ", s.cu[p.batch], ", past the ", s.total,
-                " packed rows");
-      }
-    }
+    check_cu_seqlens("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q, p.seqlen_q, "max_seqlen_q");
+    check_cu_seqlens("cu_seqlens_k", p.cu_seqlens_k, p.batch, p.total_k, p.seqlen_k, "max_seqlen_k");
   }
   if (p.seqused_k != nullptr) {
     for (int b = 0; b < p.batch; ++b) {

@@ -11,6 +11,7 @@
 #include "api/backends.h"
 #include "common/kvcache.h"
 #include "cpu/forward_kv_tiles.h"
+#include "cpu/kvcache_packed_q.h"
 #include "cpu/parallel.h"
 #include "cpu/score_tile.h"  // kFwdBlockM
 #include "cpu/tile_io.h"
@@ -178,6 +179,10 @@ KeyRows visible_keys(const KvCacheParams& p, bool tile_read_once, KvCacheScratch
 void cpu_forward_kvcache(const KvCacheParams& p) {
   using namespace cpu;
   const ForwardParams& f = p.fwd;
+  if (f.cu_seqlens_q != nullptr) {
+    forward_kvcache_packed_q(p);
+    return;
+  }
   const int B = f.batch, Sq = f.seqlen_q, H = f.num_heads, Hk = f.num_heads_k, D = f.head_dim;
   if (p.k_new != nullptr) append(p);
 

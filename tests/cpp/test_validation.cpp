@@ -288,6 +288,37 @@ TEST(Validation, KvCache) {
   expect_kvcache_error([](KvValid& v) { v.p.workspace = reinterpret_cast<char*>(v.q.data()) + 4; }, "workspace");
 }
 
+// KvValid's two query rows packed (cu_seqlens_q {0, 1, 2}, max_seqlen_q 1): q and out (2, 4, 8),
+// softmax_lse (4, 2).
+std::vector<int32_t> cu_packed = {0, 1, 2};
+void pack_rows(KvValid& v) {
+  v.p.fwd.cu_seqlens_q = cu_packed.data();
+  v.p.fwd.total_q = 2;
+  v.p.fwd.lse_batch_stride = 0, v.p.fwd.lse_head_stride = 2;
+}
+
+TEST(Validation, KvCachePackedQueryRows) {
+  KvValid ok;
+  pack_rows(ok);
+  EXPECT_NO_THROW(forward_kvcache(ok.p));
+  expect_kvcache_error([](KvValid& v) { pack_rows(v), v.append_one_token(); }, "k");
+  expect_kvcache_error(
+      [](KvValid& v) {
+        pack_rows(v);
+        v.p.rotary_cos = v.rot.data(), v.p.rotary_sin = v.rot.data();
+        v.p.rotary_dim = 4, v.p.rotary_seqlen = 32;
+      },
+      "rotary_cos");
+  expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.cu_seqlens_k = cu_packed.data(); }, "cu_seqlens_k");
+  expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.total_q = 1; }, "cu_seqlens_q");
+  expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.cu_seqlens_q = v.seqlens.data(); }, "max_seqlen_q");
+  expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.lse_head_stride = 1; }, "softmax_lse");
+  // Not on CUDA yet: refused by name before anything reads the (here host) pointers.
+  expect_kvcache_error(
+      [](KvValid& v) { pack_rows(v), v.p.fwd.device = TILEATTN_DEVICE_CUDA, v.p.fwd.dtype = TILEATTN_BFLOAT16; },
+      "cu_seqlens_q");
+}
+
 // The kernels read and write in no fixed order: an output sharing a byte with another argument
 // is refused, naming the output, while views that interleave without sharing pass.
 TEST(Validation, OutputsShareNoMemory) {
