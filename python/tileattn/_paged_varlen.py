@@ -5,7 +5,9 @@ and block_table (batch, max_blocks) int32: sequence b's key j lives in page
 block_table[b, j // page_size], slot j % page_size, for j < cu_seqlens_k[b + 1] - cu_seqlens_k[b]
 (seqused_k[b] when given).  cu_seqlens_k's entries then only give lengths, not rows.
 
-Until the forward kernels read pages themselves, the pages are gathered into one padded
+Calls with few query rows and no gradient run on the KV-cache kernels, which read the pages in
+place (_paged_varlen_kvcache.py).  For the others (training, dropout, attn_probs, long prefill
+chunks), until the forward kernels read pages themselves, the pages are gathered into one padded
 (batch * max_seqlen_k, nheads_k, headdim) tensor and the ordinary varlen call runs on it, with
 each sequence's length as seqused_k.  The gather is torch ops (index arithmetic on the
 (batch, max_seqlen_k) positions, then one index_select of rows), so it syncs nothing, is captured
