@@ -187,3 +187,16 @@ def test_bad_packed_rows_laid_out_in_python_give_nan(device, case, monkeypatch):
     out, lse = call(device, return_softmax_lse=True, **changes)
     assert torch.isnan(out).all() and torch.isnan(lse).all()
     assert not torch.isnan(call(device)).any()
+
+
+def test_packed_rows_from_strided_views(device):
+    """q a view with gaps between its heads and rows (every other head of a wider tensor): the
+    same output as its contiguous copy."""
+    wide = torch.randn(4, 8, 16, device=device)
+    q = wide[:, ::2]
+    cache = torch.randn(3, 32, 2, 16, device=device)
+    args = dict(k_cache=cache, v_cache=cache, cache_seqlens=torch.tensor([5, 32, 0], dtype=torch.int32, device=device),
+                cu_seqlens_q=cu([1, 2, 1], device), max_seqlen_q=2, causal=True, return_softmax_lse=True)
+    strided, contiguous = flash_attn_with_kvcache(q, **args), flash_attn_with_kvcache(q.contiguous(), **args)
+    for a, b in zip(strided, contiguous):
+        assert torch.equal(a, b)
