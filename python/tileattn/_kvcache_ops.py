@@ -57,8 +57,8 @@ def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
         rotary_cos, rotary_sin = rotary_cos.contiguous(), rotary_sin.contiguous()
     used = (q, k, v, rotary_cos, rotary_sin, alibi_slopes)
     copies = tuple(b for a, b in zip(given, used) if a is not b)
-    batch, seqlen_q, num_heads = (cu_seqlens_q.shape[0] - 1, max_seqlen_q, q.shape[1]) if packed_q(cu_seqlens_q) \
-        else (q.shape[0], q.shape[1], q.shape[2])
+    packed = cu_seqlens_q is not None
+    batch, seqlen_q = (cu_seqlens_q.shape[0] - 1, max_seqlen_q) if packed else q.shape[:2]
     paged = block_table is not None
     seqlen_k = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
     out = _new_output(q)
@@ -69,7 +69,7 @@ def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
                   seqused_k=None, dropout_p=0.0, softmax_scale=softmax_scale,
                   window_left=window_left, window_right=window_right, softcap=softcap,
                   alibi_slopes=alibi_slopes, seed=0, offset=0)
-    if packed_q(cu_seqlens_q):  # lse (H, total_q)
+    if packed:  # lse (H, total_q)
         params.fwd.cu_seqlens_q, params.fwd.total_q = cu_seqlens_q.data_ptr(), q.shape[0]
         params.fwd.lse_batch_stride, params.fwd.lse_head_stride = 0, lse.stride(0)
     params.cache_seqlens = cache_seqlens.data_ptr()
@@ -96,13 +96,9 @@ def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
     return params, out, lse, copies
 
 
-def packed_q(cu_seqlens_q):
-    return cu_seqlens_q is not None
-
-
 def lse_shape(q, cu_seqlens_q):
     """softmax_lse's shape: (B, H, Sq), or (H, total_q) for packed query rows."""
-    if packed_q(cu_seqlens_q):
+    if cu_seqlens_q is not None:
         return (q.shape[1], q.shape[0])
     return (q.shape[0], q.shape[2], q.shape[1])
 
