@@ -13,10 +13,12 @@ packed form, which aligns each sequence's rows to the bottom right of its keys a
 does) and each sequence's key count (seqused_k, else its cu_seqlens_k length) as its
 cache_seqlens.
 
-Nothing is read on the host (CUDA-graph capturable, traced by torch.compile).  Bad contents follow
-the gather's rules: the CPU raises naming cu_seqlens_k, seqused_k or block_table here, and
-cu_seqlens_q or max_seqlen_q in the library; on CUDA every sequence's cache length becomes -1,
-which the kernels turn into NaN, and every output row is NaN.
+Nothing is read on the host (CUDA-graph capturable, traced by torch.compile).  Bad contents: the
+CPU raises naming cu_seqlens_k, seqused_k or block_table here, and cu_seqlens_q or max_seqlen_q in
+the library, as on the gather path.  On CUDA they are NaN as flash_attn_with_kvcache makes them: a
+sequence whose key count or seqused_k breaks a rule gets the cache length -1 and NaN rows, a
+block-table entry that is not a page makes the rows that read it NaN, and a bad cu_seqlens_q makes
+every output NaN (the gather path NaNs every output for any of them).
 """
 
 import torch
@@ -48,16 +50,23 @@ def attention(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqle
 
     keys = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
     lengths = keys if seqused_k is None else seqused_k
-    faults, bad_entry = _paged_varlen.sequence_faults(keys, lengths, block_table, max_seqlen_k, k.shape[0],
-                                                      k.shape[1])
-    any_fault = (faults[0] | faults[1] | faults[2]).any()
-    if q.device.type == "cpu" and not torch.compiler.is_compiling() and bool(any_fault):
-        _paged_varlen.raise_for_contents(check, faults, bad_entry, keys, lengths, block_table, max_seqlen_k,
-                                         k.shape[0])
-    out = flash_attn_with_kvcache(
-        q, k, v, cache_seqlens=torch.where(any_fault, -1, lengths),
+    if q.device.type == "cpu" and not torch.compiler.is_compiling():
+        faults, bad_entry = _paged_varlen.sequence_faults(keys, lengths, block_table, max_seqlen_k, k.shape[0],
+                                                          k.shape[1])
+        if bool((faults[0] | faults[1] | faults[2]).any()):
+            _paged_varlen.raise_for_contents(check, faults, bad_entry, keys, lengths, block_table, max_seqlen_k,
+                                             k.shape[0])
+        cache_seqlens = lengths
+    else:
+        # Four small kernels, not the ~20 of the CPU's checks (each one a launch in a decode
+        # step's graph): the kvcache kernels check the block-table entries they read and the cache
+        # lengths themselves, so only the varlen call's own length rules are marked here.
+        bad = (keys < 0) | (keys > max_seqlen_k)
+        if seqused_k is not None:
+            bad = bad | (seqused_k < 0) | (seqused_k > keys)
+        cache_seqlens = torch.where(bad, -1, lengths)
+    return flash_attn_with_kvcache(
+        q, k, v, cache_seqlens=cache_seqlens,
         block_table=block_table if block_table.is_contiguous() else block_table.contiguous(),
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
         alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q)
-    # Rows no sequence owns too: a faulty call's every output is NaN, as on the gather path.
-    return out.masked_fill_(any_fault, float("nan"))

@@ -148,26 +148,33 @@ def test_paged_decode_compiles_fullgraph(device):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("case", ["page out of range", "sequence past max_seqlen_k",
+@pytest.mark.parametrize("case", ["page out of range", "sequence past max_seqlen_k", "seqused_k past its keys",
                                   "rows past q", "sequence past max_seqlen_q"])
 def test_cuda_paged_decode_bad_contents_give_nan(case, kvcache_path_only):
-    """On CUDA nothing is read on the host: a call whose index arrays break a rule the CPU raises
-    for has NaN in every output row, with nothing read out of bounds (a later call still runs)."""
+    """On CUDA nothing is read on the host and nothing out of bounds (a later call still runs): a
+    sequence whose keys break a rule, or that reads a block-table entry that is not a page, gets NaN
+    rows while the others are computed; bad cu_seqlens_q make every row NaN."""
     device = "cuda"
     q = torch.randn(3, 4, 64, dtype=torch.bfloat16, device=device)
     pages = torch.randn(3, 16, 2, 64, dtype=torch.bfloat16, device=device)
     table, cu_q, cu_k = torch.tensor([[2], [0]], dtype=torch.int32, device=device), cu([1, 2], device), cu([5, 9], device)
     good = (table, cu_q, cu_k)
+    seqused_k = None
     if case == "page out of range":
         table = torch.tensor([[2], [1 << 20]], dtype=torch.int32, device=device)
     elif case == "sequence past max_seqlen_k":
         cu_k = cu([5, 15], device)
+    elif case == "seqused_k past its keys":
+        seqused_k = torch.tensor([5, 10], dtype=torch.int32, device=device)
     elif case == "rows past q":
         cu_q = cu([1, 1 << 20], device)
     else:
         cu_q = cu([3, 0], device)
-    out = flash_attn_varlen_func(q, pages, pages, cu_q, cu_k, 2, 9, block_table=table)
-    assert torch.isnan(out).all()
+    out = flash_attn_varlen_func(q, pages, pages, cu_q, cu_k, 2, 9, block_table=table, seqused_k=seqused_k)
+    if case.startswith("rows") or case.endswith("max_seqlen_q"):
+        assert torch.isnan(out).all()
+    else:  # sequence 1 (rows 1-2) is at fault, sequence 0 (row 0) is not
+        assert torch.isnan(out[1:]).all() and not torch.isnan(out[:1]).any()
     table, cu_q, cu_k = good
     good_out = flash_attn_varlen_func(q, pages, pages, cu_q, cu_k, 2, 9, block_table=table)
     torch.cuda.synchronize()
