@@ -39,7 +39,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import tileattn
 from timing import ROOT, git_commit, median_ms, round_orders
 
-HEADS, HEADS_K, DIM = 32, 8, 128
+HEADS, HEADS_K, DIM = 32, 8, 128  # DIM: --headdim
 ANCHORS = {(1, 32768), (8, 8192), (32, 8192), (64, 4096)}
 L2_BYTES = 50 << 20
 
@@ -210,6 +210,7 @@ def interleaved_ms(graphs, rounds=5, replays=2):
 
 
 def main():
+    global DIM  # --headdim sets it for the whole run
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
     ap.add_argument("--lengths", type=int, nargs="+",
@@ -217,9 +218,11 @@ def main():
     ap.add_argument("--layouts", nargs="+",
                     default=["contiguous", "page16", "page256", "flash", "cudnn", "copy"])
     ap.add_argument("--max-gb", type=float, default=40.0, help="skip points whose K + V exceed this")
+    ap.add_argument("--headdim", type=int, default=DIM, help="head dim (the anchors' shapes are d 128)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--png", default=None)
     args = ap.parse_args()
+    DIM = args.headdim
 
     gpu, date, commit = torch.cuda.get_device_name(), datetime.date.today().isoformat(), git_commit()
     out = args.out or os.path.join(ROOT, "bench", "results", f"h200-decode-{date}.csv")
