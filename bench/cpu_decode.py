@@ -8,6 +8,12 @@ bench/results/ with the machine, date and commit, and prints a table.
 
     python3 bench/cpu_decode.py
     python3 bench/cpu_decode.py --shapes 8x8192x4x1x64 --repeats 5 --dtype bf16
+    python3 bench/cpu_decode.py --paged-varlen 16   # also the step as a paged varlen call
+
+--paged-varlen PAGE adds three columns: flash_attn_with_kvcache over the cache in shuffled pages of
+PAGE with a block table, the same step as flash_attn_varlen_func over those pages (one query row a sequence, as a serving engine batches
+it), which runs on the KV-cache path (python/tileattn/_paged_varlen_kvcache.py), and the same call
+made to gather the pages into a padded copy first (the path before session 52).
 """
 
 import argparse
@@ -32,18 +38,53 @@ def parse_shape(text):
     return batch, length, heads, heads_k, dim
 
 
+def paged_varlen_calls(q, k_cache, v_cache, page):
+    """{"kvcache-paged", "varlen-paged", "varlen-gather": call}: the step over the cache in shuffled
+    pages."""
+    batch, length = k_cache.shape[:2]
+    if length % page:
+        raise SystemExit(f"--paged-varlen {page}: the cache length {length} is not a multiple of it")
+    blocks = batch * length // page
+    order = torch.randperm(blocks)
+    k_pages, v_pages = (torch.empty((blocks,) + (page,) + tuple(x.shape[2:]), dtype=x.dtype) for x in (k_cache, v_cache))
+    k_pages[order], v_pages[order] = (x.reshape(blocks, page, *x.shape[2:]) for x in (k_cache, v_cache))
+    table = order.view(batch, -1).to(torch.int32)
+    rows = q.flatten(0, 1)
+    cu_q = torch.arange(batch + 1, dtype=torch.int32)
+    cu_k = torch.arange(0, (batch + 1) * length, length, dtype=torch.int32)
+    route = tileattn._paged_varlen_kvcache
+
+    def call(row_limit):
+        def run():
+            kept = route.ROW_LIMIT
+            route.ROW_LIMIT = row_limit
+            try:
+                tileattn.flash_attn_varlen_func(rows, k_pages, v_pages, cu_q, cu_k, 1, length, block_table=table)
+            finally:
+                route.ROW_LIMIT = kept
+        return run
+    seqlens = torch.full((batch,), length, dtype=torch.int32)
+
+    def kvcache_paged():
+        tileattn.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=seqlens, block_table=table)
+    return {"kvcache-paged": kvcache_paged, "varlen-paged": call(route.ROW_LIMIT), "varlen-gather": call(0)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="BxLxHxHkxD")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--paged-varlen", type=int, default=0, metavar="PAGE",
+                        help="also time the paged varlen call over pages of PAGE keys, both paths")
     parser.add_argument("--out", default=None, help="CSV path (default: bench/results/cpu-decode-DATE.csv)")
     args = parser.parse_args()
     torch.manual_seed(0)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     rows = []
     print(f"# {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {args.dtype}")
-    print(f"{'shape':>20} | {'tileattn ms':>11} {'GB/s':>7} | {'sdpa ms':>9} {'GB/s':>7}")
+    impls = ["tileattn", "sdpa"] + (["kvcache-paged", "varlen-paged", "varlen-gather"] if args.paged_varlen else [])
+    print(f"{'shape':>20} | " + " | ".join(f"{name + ' ms':>18} {'GB/s':>7}" for name in impls))
     for text in args.shapes:
         batch, length, heads, heads_k, dim = parse_shape(text)
         q = torch.randn(batch, 1, heads, dim).to(dtype)
@@ -61,11 +102,13 @@ def main():
             v = v_cache.transpose(1, 2).repeat_interleave(group, dim=1)
             F.scaled_dot_product_attention(q.transpose(1, 2), k, v)
 
-        t_ours = median_seconds(ours, args.repeats)
-        t_sdpa = median_seconds(sdpa, args.repeats)
-        print(f"{text:>20} | {t_ours * 1e3:11.2f} {kv_bytes / t_ours / 1e9:7.1f} | "
-              f"{t_sdpa * 1e3:9.2f} {kv_bytes / t_sdpa / 1e9:7.1f}")
-        for impl, seconds in (("tileattn", t_ours), ("sdpa", t_sdpa)):
+        calls = {"tileattn": ours, "sdpa": sdpa}
+        if args.paged_varlen:
+            calls.update(paged_varlen_calls(q, k_cache, v_cache, args.paged_varlen))
+        times = {impl: median_seconds(fn, args.repeats) for impl, fn in calls.items()}
+        print(f"{text:>20} | " + " | ".join(f"{times[impl] * 1e3:18.2f} {kv_bytes / times[impl] / 1e9:7.1f}"
+                                            for impl in impls))
+        for impl, seconds in times.items():
             rows.append({"machine": cpu_name(), "date": environment.today(), "commit": environment.commit(),
                          "impl": impl, "dtype": args.dtype, "batch": batch, "cache_len": length, "heads": heads,
                          "heads_k": heads_k, "headdim": dim, "ms": round(seconds * 1e3, 3),
