@@ -154,11 +154,11 @@ void run_tiles(const ForwardParams& p, const Inputs& in) {
 
 }  // namespace
 
-void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype) {
+void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages) {
   if (p.attn_probs != nullptr) clear_probs(p);
   Inputs in{float32_operand(p, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
-            {{}, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true}},
-            {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true}}};
+            {{}, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true, pages}},
+            {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true, pages}}};
   in.kv_dtype = kv_dtype;
   run_tiles(p, in);
 }

@@ -111,7 +111,10 @@ struct KvCacheScratch {
 struct KeyRows {
   const void* k;
   const void* v;
+  int64_t k_batch_stride = 0, v_batch_stride = 0;  // a page's, when the rows are pages (paged)
   int64_t k_row_stride, k_head_stride, v_row_stride, v_head_stride;
+  bool paged = false;  // the cache's pages read in place through `pages`
+  PageMap pages{};
   tileattn_dtype dtype;
   std::vector<int32_t> cu_k, used_k;  // used_k empty when the rows are packed
   int max_k = 0;
@@ -121,10 +124,16 @@ struct KeyRows {
 KeyRows visible_keys(const KvCacheParams& p, bool tile_read_once, KvCacheScratch& scratch) {
   const ForwardParams& f = p.fwd;
   const int B = f.batch, Hk = f.num_heads_k, D = f.head_dim;
-  const int64_t rows_per_entry = f.k_row_stride > 0 ? f.k_batch_stride / f.k_row_stride : 0;
-  const bool in_place = (f.dtype == TILEATTN_FLOAT32 || tile_read_once) && p.block_table == nullptr &&
-                        f.k_row_stride > 0 && f.k_batch_stride % f.k_row_stride == 0 &&
-                        f.v_row_stride > 0 && f.v_batch_stride == rows_per_entry * f.v_row_stride &&
+  // Read in place, a cache is (entries x rows_per_entry) rows: a contiguous cache's entries of Smax
+  // rows, or a paged one's block-table rows of max_blocks x page_size positions through a PageMap.
+  // Pages are converted tile by tile even in float32 (a tile crosses pages), so they are read in
+  // place only where each tile is read once; gathered, bf16 1 x 32k took twice the contiguous
+  // cache's time (bench/results/cpu-decode-paged-varlen-bf16-2026-12-05.csv, kvcache-paged).
+  const bool paged = p.block_table != nullptr;
+  const int64_t rows_per_entry = paged ? f.seqlen_k : f.k_row_stride > 0 ? f.k_batch_stride / f.k_row_stride : 0;
+  const bool entries_evenly_spaced = f.k_row_stride > 0 && f.k_batch_stride % f.k_row_stride == 0 &&
+                                     f.v_row_stride > 0 && f.v_batch_stride == rows_per_entry * f.v_row_stride;
+  const bool in_place = (paged ? tile_read_once : (f.dtype == TILEATTN_FLOAT32 || tile_read_once) && entries_evenly_spaced) &&
                         static_cast<int64_t>(p.num_cache_entries) * rows_per_entry < INT32_MAX;
   KeyRows keys;
   keys.cu_k.assign(B + 1, 0);
@@ -146,6 +155,11 @@ KeyRows visible_keys(const KvCacheParams& p, bool tile_read_once, KvCacheScratch
     keys.k_row_stride = f.k_row_stride, keys.k_head_stride = f.k_head_stride;
     keys.v_row_stride = f.v_row_stride, keys.v_head_stride = f.v_head_stride;
     keys.total_k = static_cast<int64_t>(p.num_cache_entries) * rows_per_entry;
+    if (paged) {
+      keys.paged = true;
+      keys.pages = PageMap{p.block_table, p.block_table_batch_stride, rows_per_entry, p.page_size};
+      keys.k_batch_stride = f.k_batch_stride, keys.v_batch_stride = f.v_batch_stride;
+    }
     return keys;
   }
   keys.total_k = keys.cu_k[B];
@@ -236,7 +250,8 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   g.dtype = TILEATTN_FLOAT32;
   g.num_heads = heads, g.seqlen_q = rows_per_seq, g.seqlen_k = keys.max_k;
   if (heads_as_rows) g.window_left = g.window_right = -1;  // one row: the mask hides nothing
-  g.q_batch_stride = g.k_batch_stride = g.v_batch_stride = g.out_batch_stride = 0;
+  g.q_batch_stride = g.out_batch_stride = 0;
+  g.k_batch_stride = keys.k_batch_stride, g.v_batch_stride = keys.v_batch_stride;
   g.q_row_stride = g.out_row_stride = static_cast<int64_t>(heads) * D;
   g.q_head_stride = g.out_head_stride = D;
   g.k_row_stride = keys.k_row_stride, g.k_head_stride = keys.k_head_stride;
@@ -245,7 +260,7 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = keys.cu_k.data();
   g.seqused_k = keys.used_k.empty() ? nullptr : keys.used_k.data();
   g.total_q = total_q, g.total_k = keys.total_k;
-  forward_with_kv_tiles(g, keys.dtype);
+  forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr);
 
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < Sq; ++i) {

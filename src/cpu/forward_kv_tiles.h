@@ -5,10 +5,13 @@
 #pragma once
 
 #include "api/backends.h"
+#include "cpu/tile_io.h"
 
 namespace tileattn::cpu {
 
-// p as for cpu_forward, except that p.k and p.v hold kv_dtype elements (p.dtype is q's and out's).
-void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype);
+// p as for cpu_forward, except that p.k and p.v hold kv_dtype elements (p.dtype is q's and out's),
+// and, with `pages`, their key rows are the page map's rows (p's k/v batch strides step a page, the
+// row and head strides are within one; the sequences' key rows through cu_seqlens_k as usual).
+void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages = nullptr);
 
 }  // namespace tileattn::cpu

@@ -9,13 +9,33 @@
 
 namespace tileattn::cpu {
 
+// A paged KV cache seen as one tensor of rows: row r is slot r % capacity of block-table row
+// r / capacity (capacity = max_blocks x page_size keys), which lives in page
+// block_table[(r / capacity) * table_stride + (r % capacity) / page_size] at slot r % page_size.
+// So the forward addresses a sequence's cache positions as rows from its table row's first, as it
+// does a contiguous cache's entries, and reads the pages where they lie.
+struct PageMap {
+  const int32_t* block_table;
+  int64_t table_stride, capacity;
+  int page_size;
+
+  // page_stride: elements from one page of the tensor to the next (its batch stride).
+  int64_t row_offset(int64_t row, int64_t page_stride, int64_t row_stride) const {
+    const int64_t pos = row % capacity;
+    const int64_t page = block_table[row / capacity * table_stride + pos / page_size];
+    return page * page_stride + pos % page_size * row_stride;
+  }
+};
+
 // A q-, k- or v-shaped tensor: its data and int64 element strides (head dim contiguous).
 struct StridedRows {
   const void* data;
   int64_t batch_stride, row_stride, head_stride;
   bool key_side;  // rows count from the sequence's first key row instead of its first query row
+  const PageMap* pages = nullptr;  // key rows in pages; batch_stride then steps a page
 
   int64_t offset(const SequenceView& s, int row, int head) const {
+    if (pages != nullptr) return pages->row_offset(s.k_base_row + row, batch_stride, row_stride) + head * head_stride;
     return key_side ? k_offset(s, batch_stride, row_stride, head_stride, row, head)
                     : q_offset(s, batch_stride, row_stride, head_stride, row, head);
   }
@@ -46,7 +66,7 @@ inline void load_tile(tileattn_dtype dtype, const StridedRows& src, const Sequen
 // the operand's leading dim); other dtypes are converted into `scratch`.
 inline Matrix tile_operand(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s,
                            int row0, int rows, int head, int dim, float* scratch) {
-  const bool in_place = dtype == TILEATTN_FLOAT32 && rows > 0 && src.row_stride >= dim &&
+  const bool in_place = dtype == TILEATTN_FLOAT32 && rows > 0 && src.pages == nullptr && src.row_stride >= dim &&
                         src.row_stride <= std::numeric_limits<int32_t>::max();
   if (!in_place) {
     load_tile(dtype, src, s, row0, rows, head, dim, scratch);
