@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -183,13 +184,25 @@ void check_sizes(const ForwardParams& p) {
   }
 }
 
+// An enum field as the int a caller stored.  A C caller (ctypes included) may store any int there,
+// and in C++ loading a value outside the enumerators' range as the enum type is undefined
+// (UBSan: "load of value 7, which is not a valid value for type 'tileattn_dtype'"), so the codes
+// are read as ints until they have been checked.
+template <typename Enum>
+int32_t stored_code(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int32_t), "the C ABI's enums are int-sized");
+  int32_t code;
+  std::memcpy(&code, &field, sizeof code);
+  return code;
+}
+
 void check_dtype_and_device(const ForwardParams& p) {
-  if (p.device != TILEATTN_DEVICE_CPU && p.device != TILEATTN_DEVICE_CUDA) {
-    invalid("device", "device ", static_cast<int>(p.device), " is neither CPU (0) nor CUDA (1)");
+  const int32_t device = stored_code(p.device), dtype = stored_code(p.dtype);
+  if (device != TILEATTN_DEVICE_CPU && device != TILEATTN_DEVICE_CUDA) {
+    invalid("device", "device ", device, " is neither CPU (0) nor CUDA (1)");
   }
-  if (p.dtype != TILEATTN_FLOAT16 && p.dtype != TILEATTN_BFLOAT16 && p.dtype != TILEATTN_FLOAT32) {
-    fail(ErrorCode::kDtype, "q", "q has dtype code ", static_cast<int>(p.dtype),
-         ", which is none of float16, bfloat16, float32");
+  if (dtype != TILEATTN_FLOAT16 && dtype != TILEATTN_BFLOAT16 && dtype != TILEATTN_FLOAT32) {
+    fail(ErrorCode::kDtype, "q", "q has dtype code ", dtype, ", which is none of float16, bfloat16, float32");
   }
   if (p.device == TILEATTN_DEVICE_CUDA && p.dtype == TILEATTN_FLOAT32) {
     fail(ErrorCode::kDtype, "q", "q has dtype ", dtype_name(p.dtype),
