@@ -24,7 +24,9 @@ namespace {
 // f*ln2 to degree 7.  The first dropped term is (ln2/2)^8 / 8! = 5e-9, below float's 6e-8 ulp.
 // Written as straight-line float code so the compiler vectorizes the loops that call it.
 inline float exp2_approx(float x) {
-  const float clamped = x < -127.0f ? -127.0f : x;
+  // NaN goes to -127 here (the comparison is false), so no NaN reaches the float -> int conversion
+  // below, which C++ leaves undefined for it (UBSan); the NaN comes back at the return.
+  const float clamped = x >= -127.0f ? x : -127.0f;
   // Adding 1.5 * 2^23 rounds to the nearest integer in the float unit, vectorizable.
   const float magic = 12582912.0f;
   const float n = (clamped + magic) - magic;
@@ -37,10 +39,10 @@ inline float exp2_approx(float x) {
   p = p * f + 2.4022650696e-1f;
   p = p * f + 6.9314718056e-1f;
   p = p * f + 1.0f;
-  const int32_t biased = (static_cast<int32_t>(n) + 127) << 23;
+  const uint32_t biased = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
   float two_n;
   std::memcpy(&two_n, &biased, sizeof(two_n));
-  return x < -126.0f ? 0.0f : p * two_n;
+  return x < -126.0f ? 0.0f : x == x ? p * two_n : x;
 }
 
 }  // namespace
