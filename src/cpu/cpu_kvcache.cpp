@@ -1,7 +1,9 @@
 // flash_attn_with_kvcache on the CPU: append the new tokens to the cache (rotating k), rotate q,
 // and run the CPU forward as a varlen problem over each sequence's visible keys: read in place
-// from a contiguous cache (any dtype, converted tile by tile), gathered into float32 rows from a
-// paged one.  With one new token and GQA, a KV group's query heads run as rows of their KV head.
+// (any dtype, converted tile by tile; a paged cache through a PageMap) where each tile is read once
+// or the cache is a contiguous float32 one, else gathered into float32 rows.  With one new token
+// and GQA, a KV group's query heads run as rows of their KV head.  Packed query rows
+// (cu_seqlens_q) go through kvcache_packed_q.cpp, which calls back in with a batch-form block.
 #include <algorithm>
 #include <climits>
 #include <cstring>
