@@ -26,6 +26,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import environment  # noqa: E402
 from bench.cpu import cpu_name, median_seconds, write_rows  # noqa: E402
+from bench.paged_varlen_step import decode_step  # noqa: E402
 
 import tileattn  # noqa: E402
 
@@ -49,25 +50,13 @@ def paged_varlen_calls(q, k_cache, v_cache, page):
     k_pages, v_pages = (torch.empty((blocks,) + (page,) + tuple(x.shape[2:]), dtype=x.dtype) for x in (k_cache, v_cache))
     k_pages[order], v_pages[order] = (x.reshape(blocks, page, *x.shape[2:]) for x in (k_cache, v_cache))
     table = order.view(batch, -1).to(torch.int32)
-    rows = q.flatten(0, 1)
-    cu_q = torch.arange(batch + 1, dtype=torch.int32)
-    cu_k = torch.arange(0, (batch + 1) * length, length, dtype=torch.int32)
-    route = tileattn._paged_varlen_kvcache
-
-    def call(row_limit):
-        def run():
-            kept = route.ROW_LIMIT
-            route.ROW_LIMIT = row_limit
-            try:
-                tileattn.flash_attn_varlen_func(rows, k_pages, v_pages, cu_q, cu_k, 1, length, block_table=table)
-            finally:
-                route.ROW_LIMIT = kept
-        return run
     seqlens = torch.full((batch,), length, dtype=torch.int32)
 
     def kvcache_paged():
         tileattn.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=seqlens, block_table=table)
-    return {"kvcache-paged": kvcache_paged, "varlen-paged": call(route.ROW_LIMIT), "varlen-gather": call(0)}
+    return {"kvcache-paged": kvcache_paged,
+            "varlen-paged": decode_step(q, k_pages, v_pages, table, seqlens, length),
+            "varlen-gather": decode_step(q, k_pages, v_pages, table, seqlens, length, gather=True)}
 
 
 def main():

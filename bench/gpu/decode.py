@@ -38,6 +38,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tileattn
 from timing import ROOT, git_commit, median_ms, round_orders
+from bench.paged_varlen_step import decode_step  # noqa: E402 (timing puts the repository root on sys.path)
 
 HEADS, HEADS_K, DIM = 32, 8, 128  # DIM: --headdim
 ANCHORS = {(1, 32768), (8, 8192), (32, 8192), (64, 4096)}
@@ -134,20 +135,7 @@ def varlen_call(layout, q, k_cache, v_cache, seqlens):
     k_pages = k_cache.view(blocks, page, HEADS_K, DIM)
     v_pages = v_cache.view(blocks, page, HEADS_K, DIM)
     table = torch.randperm(blocks, device="cuda", dtype=torch.int32).view(batch, length // page)
-    rows = q.flatten(0, 1)
-    cu_q = torch.arange(batch + 1, device="cuda", dtype=torch.int32)
-    cu_k = torch.cat([seqlens.new_zeros(1), seqlens.cumsum(0, dtype=torch.int32)])
-    route = tileattn._paged_varlen_kvcache
-
-    def run():
-        limit = route.ROW_LIMIT
-        route.ROW_LIMIT = 0 if path == "gather" else limit
-        try:
-            return tileattn.flash_attn_varlen_func(rows, k_pages, v_pages, cu_q, cu_k, 1, length,
-                                                   block_table=table)
-        finally:
-            route.ROW_LIMIT = limit
-    return run
+    return decode_step(q, k_pages, v_pages, table, seqlens, length, gather=path == "gather")
 
 
 def capture(fns):

@@ -24,10 +24,9 @@ def lays_out_rows(device):
     return device.type == "cuda"
 
 
-def _faults(cu_seqlens_q, total_q, max_seqlen_q):
-    """(batch,) mask of the sequences whose rows break the CPU backend's cu_seqlens_q rules."""
-    first, end = cu_seqlens_q[:-1], cu_seqlens_q[1:]
-    rows = end - first
+def _faults(first, end, rows, total_q, max_seqlen_q):
+    """(batch,) mask of the sequences whose rows [first, end), `rows` of them, break the CPU
+    backend's cu_seqlens_q rules."""
     return (first < 0) | (rows < 0) | (rows > max_seqlen_q) | (end > total_q)
 
 
@@ -39,16 +38,18 @@ def attention(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad
 
     batch, total_q, num_heads = cu_seqlens_q.shape[0] - 1, q.shape[0], q.shape[1]
     device = q.device
-    any_fault = _faults(cu_seqlens_q, total_q, max_seqlen_q).any()
+    first, end = cu_seqlens_q[:-1], cu_seqlens_q[1:]
+    rows = end - first
+    any_fault = _faults(first, end, rows, total_q, max_seqlen_q).any()
     if total_q == 0:
         out, lse = q.new_empty(q.shape), q.new_empty((num_heads, 0), dtype=torch.float32)
         return (out, lse) if return_softmax_lse else out
 
     # Sequence b's row i in slot max_seqlen_q - L + i of its block; every slot's source clamped
     # into q, so a faulty call reads nothing out of bounds.
-    first_slot = max_seqlen_q - (cu_seqlens_q[1:] - cu_seqlens_q[:-1])
+    first_slot = max_seqlen_q - rows
     slot = torch.arange(max_seqlen_q, device=device)
-    source = (cu_seqlens_q[:-1] - first_slot)[:, None] + slot  # (batch, max_seqlen_q) rows of q
+    source = (first - first_slot)[:, None] + slot  # (batch, max_seqlen_q) rows of q
     q_block = q.index_select(0, source.clamp(0, total_q - 1).flatten()).view(batch, max_seqlen_q, num_heads, -1)
     out_block, lse_block = flash_attn_with_kvcache(
         q_block, k_cache, v_cache, cache_seqlens=torch.where(any_fault, -1, cache_seqlens),

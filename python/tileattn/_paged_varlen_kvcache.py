@@ -58,13 +58,11 @@ def attention(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqle
                                              k.shape[0])
         cache_seqlens = lengths
     else:
-        # Four small kernels, not the ~20 of the CPU's checks (each one a launch in a decode
-        # step's graph): the kvcache kernels check the block-table entries they read and the cache
-        # lengths themselves, so only the varlen call's own length rules are marked here.
-        bad = (keys < 0) | (keys > max_seqlen_k)
-        if seqused_k is not None:
-            bad = bad | (seqused_k < 0) | (seqused_k > keys)
-        cache_seqlens = torch.where(bad, -1, lengths)
+        # The length rules only, ~8 small kernels rather than the page check's ~10 more (each one a
+        # launch in a decode step's graph): the kvcache kernels check the block-table entries they
+        # read and the cache lengths themselves.
+        bad_keys, bad_length = _paged_varlen.length_faults(keys, lengths, max_seqlen_k)
+        cache_seqlens = torch.where(bad_keys | bad_length, -1, lengths)
     return flash_attn_with_kvcache(
         q, k, v, cache_seqlens=cache_seqlens,
         block_table=block_table if block_table.is_contiguous() else block_table.contiguous(),
