@@ -12,10 +12,15 @@ outputs are dropped.  Then out and softmax_lse go back to their packed places.
 All of it is torch ops on the device, no host read (CUDA-graph capturable, traced by
 torch.compile): ~15 small index kernels around the decode kernels.  Bad cu_seqlens_q contents
 (rows outside q, a sequence longer than max_seqlen_q, entries out of order) make every
-sequence's cache length -1, which the kernels turn into NaN, and every output NaN.
+sequence's cache length -1, which the kernels turn into NaN, and every output NaN; with
+TILEATTN_CHECK_CONTENTS=on (_host_contents.py) they raise as on the CPU.
 """
 
 import torch
+
+from . import _host_contents
+from ._checks import Checker
+from ._ffi import InvalidArgumentError
 
 
 def lays_out_rows(device):
@@ -30,6 +35,21 @@ def _faults(first, end, rows, total_q, max_seqlen_q):
     return (first < 0) | (rows < 0) | (rows > max_seqlen_q) | (end > total_q)
 
 
+def _raise_for_rows(faults, first, end, rows, total_q, max_seqlen_q):
+    """Raises as the library's packed form does, for the first sequence at fault."""
+    fail = Checker("flash_attn_with_kvcache").fail
+    b = int(faults.nonzero()[0, 0])
+    if first[b] < 0:
+        fail(InvalidArgumentError, "cu_seqlens_q", f"cu_seqlens_q[{b}] is {int(first[b])}; it must be >= 0")
+    if rows[b] < 0:
+        fail(InvalidArgumentError, "cu_seqlens_q",
+             f"not monotone: entry {b + 1} ({int(end[b])}) is below entry {b} ({int(first[b])})")
+    if rows[b] > max_seqlen_q:
+        fail(InvalidArgumentError, "max_seqlen_q",
+             f"sequence {b} has length {int(rows[b])} (from cu_seqlens_q), more than max_seqlen_q = {max_seqlen_q}")
+    fail(InvalidArgumentError, "cu_seqlens_q", f"cu_seqlens_q[{b + 1}] is {int(end[b])}, past the {total_q} packed rows")
+
+
 def attention(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
               cu_seqlens_q, max_seqlen_q, softmax_scale, causal, window_size, softcap, alibi_slopes,
               num_splits, return_softmax_lse):
@@ -40,7 +60,10 @@ def attention(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad
     device = q.device
     first, end = cu_seqlens_q[:-1], cu_seqlens_q[1:]
     rows = end - first
-    any_fault = _faults(first, end, rows, total_q, max_seqlen_q).any()
+    faults = _faults(first, end, rows, total_q, max_seqlen_q)
+    any_fault = faults.any()
+    if _host_contents.read_on_host(device) and bool(any_fault):
+        _raise_for_rows(faults, first, end, rows, total_q, max_seqlen_q)
     if total_q == 0:
         out, lse = q.new_empty(q.shape), q.new_empty((num_heads, 0), dtype=torch.float32)
         return (out, lse) if return_softmax_lse else out

@@ -18,12 +18,14 @@ by the attention, and the host time of ~20 small ops (~0.2 ms eagerly on the CPU
 
 Bad contents are handled like the varlen call's own index arrays: on the CPU the lengths and the
 block-table entries a sequence reads are checked on the host and raise naming the argument; on CUDA
-nothing is read on the host, and a sequence whose length or used pages are out of range gets the
-length -1, which the kernels' bounds check turns into NaN over every output of the call.
+nothing is read on the host (unless TILEATTN_CHECK_CONTENTS=on, _host_contents.py), and a sequence
+whose length or used pages are out of range gets the length -1, which the kernels' bounds check
+turns into NaN over every output of the call.
 """
 
 import torch
 
+from . import _host_contents
 from ._ffi import InvalidArgumentError
 
 PAGED_LAYOUT = "(num_blocks, page_size, nheads_k, headdim) with block_table"
@@ -67,8 +69,9 @@ def sequence_faults(keys, lengths, block_table, max_seqlen_k, num_blocks, page_s
 
 
 def raise_for_contents(check, faults, bad_entry, keys, lengths, block_table, max_seqlen_k, num_blocks):
-    """CPU tensors: raises naming the argument and the first entry at fault, given
-    sequence_faults' masks (the CUDA path turns them into NaN instead)."""
+    """Raises naming the argument and the first entry at fault, given sequence_faults' masks, where
+    _host_contents.read_on_host (the CPU; CUDA calls turn them into NaN instead, unless
+    TILEATTN_CHECK_CONTENTS=on)."""
     bad_keys, bad_length, bad_page = faults
     b = int((bad_keys | bad_length | bad_page).nonzero()[0, 0])
     if bad_keys[b]:
@@ -104,7 +107,7 @@ def gather_paged_keys(check, k, v, block_table, cu_seqlens_k, seqused_k, max_seq
     lengths = keys if seqused_k is None else seqused_k
     faults, bad_entry = sequence_faults(keys, lengths, block_table, max_seqlen_k, num_blocks, page_size)
     bad = faults[0] | faults[1] | faults[2]
-    if device.type == "cpu" and not torch.compiler.is_compiling() and bool(bad.any()):
+    if _host_contents.read_on_host(device) and bool(bad.any()):
         raise_for_contents(check, faults, bad_entry, keys, lengths, block_table, max_seqlen_k, num_blocks)
     position = torch.arange(max_seqlen_k, device=device)
     read = position < lengths[:, None]  # (batch, max_seqlen_k)

@@ -14,8 +14,9 @@ does) and each sequence's key count (seqused_k, else its cu_seqlens_k length) as
 cache_seqlens.
 
 Nothing is read on the host (CUDA-graph capturable, traced by torch.compile).  Bad contents: the
-CPU raises naming cu_seqlens_k, seqused_k or block_table here, and cu_seqlens_q or max_seqlen_q in
-the library, as on the gather path.  On CUDA they are NaN as flash_attn_with_kvcache makes them: a
+CPU (and CUDA with TILEATTN_CHECK_CONTENTS=on) raises naming cu_seqlens_k, seqused_k or
+block_table here, and cu_seqlens_q or max_seqlen_q in the library, as on the gather path.
+Otherwise on CUDA they are NaN as flash_attn_with_kvcache makes them: a
 sequence whose key count or seqused_k breaks a rule gets the cache length -1 and NaN rows, a
 block-table entry that is not a page makes the rows that read it NaN, and a bad cu_seqlens_q makes
 every output NaN (the gather path NaNs every output for any of them).
@@ -23,7 +24,7 @@ every output NaN (the gather path NaNs every output for any of them).
 
 import torch
 
-from . import _paged_varlen
+from . import _host_contents, _paged_varlen
 
 # Query rows of one KV group (max_seqlen_q x nheads / nheads_k) up to which the kvcache kernels
 # take the call.  Up to 16 they are one tensor-core tile and K/V are read once: always ahead of
@@ -50,7 +51,7 @@ def attention(check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqle
 
     keys = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
     lengths = keys if seqused_k is None else seqused_k
-    if q.device.type == "cpu" and not torch.compiler.is_compiling():
+    if _host_contents.read_on_host(q.device):
         faults, bad_entry = _paged_varlen.sequence_faults(keys, lengths, block_table, max_seqlen_k, k.shape[0],
                                                           k.shape[1])
         if bool((faults[0] | faults[1] | faults[2]).any()):

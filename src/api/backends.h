@@ -18,6 +18,8 @@ int64_t cuda_backward_workspace_size(const BackwardParams& params);
 void cuda_forward_kvcache(const KvCacheParams& params);
 // The most workspace any kernel sequence cuda_forward_kvcache could pick for these shapes needs.
 int64_t cuda_kvcache_workspace_size(const KvCacheParams& params);
+// A CopyToHost (host_index_copy.h) on the call's stream; refuses a stream that is being captured.
+void cuda_copy_to_host(void* destination, const void* source, size_t bytes, void* stream);
 #endif
 
 }  // namespace tileattn

@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "api/backends.h"
+#include "api/host_index_copy.h"
 #include "api/validate.h"
+#include "common/env_choice.h"
 
 namespace tileattn {
 namespace {
@@ -29,6 +31,14 @@ void require_batch_form_on_cuda(const KvCacheParams& p) {
                 "backend yet; pass q as (batch, seqlen_q, nheads, headdim)");
   }
 }
+
+#ifdef TILEATTN_WITH_CUDA
+// TILEATTN_CHECK_CONTENTS=on: a CUDA call copies its index arrays to the host (a stream sync per
+// array, and no CUDA-graph capture) and raises for a bad entry as the CPU backend does, naming the
+// argument, where otherwise the kernels would turn it into NaN outputs.  Read on every call, like
+// the kernel choices, so a test or a debugging session can switch it between calls.
+bool contents_checked_on_host() { return env_choice("TILEATTN_CHECK_CONTENTS", {"off", "on"}) == 1; }
+#endif
 
 [[noreturn]] void cuda_not_built() {
   throw Error(ErrorCode::kNotBuilt, "device",
@@ -65,6 +75,7 @@ void forward(const ForwardParams& params) {
     return;
   }
 #ifdef TILEATTN_WITH_CUDA
+  if (contents_checked_on_host()) validate_sequence_lengths(HostIndexCopy(p, cuda_copy_to_host).forward_params());
   cuda_forward(p);
 #else
   cuda_not_built();
@@ -82,6 +93,9 @@ void backward(const BackwardParams& params) {
     return;
   }
 #ifdef TILEATTN_WITH_CUDA
+  if (contents_checked_on_host()) {
+    validate_sequence_lengths(HostIndexCopy(p.fwd, cuda_copy_to_host).forward_params());
+  }
   cuda_backward(p);
 #else
   cuda_not_built();
@@ -101,8 +115,11 @@ void forward_kvcache(const KvCacheParams& params) {
   // On CUDA the index arrays (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) stay
   // unread on the host: reading them would sync and break CUDA-graph capture.  The kernels check
   // them instead, and a sequence that breaks a rule of validate_kvcache_contents is not appended
-  // and gets NaN outputs; an out-of-range page index reads as NaN (never out of bounds).
+  // and gets NaN outputs; an out-of-range page index reads as NaN (never out of bounds).  Unless
+  // TILEATTN_CHECK_CONTENTS=on, which also brings the CPU's check that no append writes a slot
+  // another sequence of the call uses.
 #ifdef TILEATTN_WITH_CUDA
+  if (contents_checked_on_host()) validate_kvcache_contents(HostIndexCopy(p, cuda_copy_to_host).kvcache_params());
   cuda_forward_kvcache(p);
 #else
   cuda_not_built();

@@ -13,7 +13,8 @@ void validate_kvcache(const KvCacheParams& p);
 
 // Rules on the contents of cu_seqlens_q/k and seqused_k.  They read those arrays, so they need
 // host memory: the CPU backend runs them; on CUDA the kernels apply them per sequence instead
-// (sequence_in_bounds in common/sequence.h) and a call that breaks one gets NaN outputs.
+// (sequence_in_bounds in common/sequence.h) and a call that breaks one gets NaN outputs, unless
+// TILEATTN_CHECK_CONTENTS=on runs them on host copies (host_index_copy.h).
 void validate_sequence_lengths(const ForwardParams& p);
 
 // Rules on the contents of cache_seqlens, cache_batch_idx, cache_leftpad and block_table (host

@@ -113,9 +113,11 @@ def test_packed_rows_options(device, option, layout):
 
 
 def call(device="cpu", **changes):
-    """A valid packed call (3 sequences of 1, 2, 1 rows), with `changes`."""
-    cache = torch.randn(3, 32, 2, 16, device=device)
-    args = dict(q=torch.randn(4, 4, 16, device=device), k_cache=cache, v_cache=cache,
+    """A valid packed call (3 sequences of 1, 2, 1 rows), with `changes`; float32 on the CPU,
+    bfloat16 on CUDA."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    cache = torch.randn(3, 32, 2, 16, dtype=dtype, device=device)
+    args = dict(q=torch.randn(4, 4, 16, dtype=dtype, device=device), k_cache=cache, v_cache=cache,
                 cache_seqlens=torch.tensor([5, 32, 0], dtype=torch.int32, device=device),
                 cu_seqlens_q=cu([1, 2, 1], device), max_seqlen_q=2, causal=True)
     args.update(changes)
@@ -176,15 +178,32 @@ def test_packed_call_compiles_fullgraph(device, layout):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("case", ["rows past q", "rows out of order", "sequence past max_seqlen_q"])
+CONTENT_CASES = ["rows past q", "rows out of order", "sequence past max_seqlen_q"]
+
+
+def on_device(changes, device):
+    return {name: x.to(device) if isinstance(x, torch.Tensor) else x for name, x in changes.items()}
+
+
+@pytest.mark.parametrize("case", CONTENT_CASES)
+def test_bad_packed_rows_raise_where_contents_are_read(device, case, layout, monkeypatch):
+    """The CPU, and CUDA with TILEATTN_CHECK_CONTENTS=on, raise for bad cu_seqlens_q contents
+    naming the argument, whichever lays the rows out."""
+    monkeypatch.setenv("TILEATTN_CHECK_CONTENTS", "on")
+    changes, error, argument = BAD[case]
+    with pytest.raises(error) as raised:
+        call(device, **on_device(changes, device))
+    assert raised.value.argument == argument, str(raised.value)
+
+
+@pytest.mark.parametrize("case", CONTENT_CASES)
 def test_bad_packed_rows_laid_out_in_python_give_nan(device, case, monkeypatch):
     """Where the rows are laid out in Python (CUDA) nothing is read on the host: bad cu_seqlens_q
     contents make every output NaN, with nothing read out of bounds (a later call still runs)."""
     if device == "cpu":
         pytest.skip("the CPU backend raises for the faulty call's cache lengths of -1 instead")
     monkeypatch.setattr(_kvcache_packed_q, "lays_out_rows", lambda device: True)
-    changes = {name: x.to(device) if isinstance(x, torch.Tensor) else x for name, x in BAD[case][0].items()}
-    out, lse = call(device, return_softmax_lse=True, **changes)
+    out, lse = call(device, return_softmax_lse=True, **on_device(BAD[case][0], device))
     assert torch.isnan(out).all() and torch.isnan(lse).all()
     assert not torch.isnan(call(device)).any()
 
