@@ -323,14 +323,15 @@ def flash_attn_with_kvcache(
     shapes alone, a fixed value gives batch-invariant results.  On CUDA nothing is read back to the
     host (a decode step can be captured in a CUDA graph); the index tensors' contents are checked
     in the kernel instead: a sequence whose cache_seqlens / cache_leftpad / cache_batch_idx is out
-    of range gets NaN and no append, and an out-of-range block_table entry reads as NaN.
+    of range gets NaN and no append, and an out-of-range block_table entry reads as NaN
+    (TILEATTN_CHECK_CONTENTS=on reads them on the host and raises as the CPU backend does).
 
     Extra (keyword only, flash-attn 3's names): packed query rows, q (total_q, nheads, headdim)
     with cu_seqlens_q int32 (batch + 1,) and max_seqlen_q, as a serving engine batches decode
     steps of 0 to a few rows a sequence; each sequence's rows attend as a call with seqlen_q =
     their count would (masks bottom-right aligned to it).  out is (total_q, nheads, headdim) and
     softmax_lse (nheads, total_q).  Not with k/v to append or rotary.  Bad cu_seqlens_q contents
-    raise on the CPU and make every output NaN on CUDA.
+    raise on the CPU and make every output NaN on CUDA (unless TILEATTN_CHECK_CONTENTS=on).
     """
     plan = _kvcache_plan.signature(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,

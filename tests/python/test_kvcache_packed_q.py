@@ -112,10 +112,14 @@ def test_packed_rows_options(device, option, layout):
         run_packed(device, dtype, rows, seqlens, **kwargs)
 
 
+def dtype_on(device):
+    """float32 on the CPU, bfloat16 on CUDA (which has no float32 kernels)."""
+    return torch.float32 if device == "cpu" else torch.bfloat16
+
+
 def call(device="cpu", **changes):
-    """A valid packed call (3 sequences of 1, 2, 1 rows), with `changes`; float32 on the CPU,
-    bfloat16 on CUDA."""
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    """A valid packed call (3 sequences of 1, 2, 1 rows), with `changes`."""
+    dtype = dtype_on(device)
     cache = torch.randn(3, 32, 2, 16, dtype=dtype, device=device)
     args = dict(q=torch.randn(4, 4, 16, dtype=dtype, device=device), k_cache=cache, v_cache=cache,
                 cache_seqlens=torch.tensor([5, 32, 0], dtype=torch.int32, device=device),
@@ -163,7 +167,7 @@ def test_packed_call_repeats_from_its_plan():
 
 
 def test_packed_call_compiles_fullgraph(device, layout):
-    cache = torch.randn(3, 32, 2, 16, device=device)
+    cache = torch.randn(3, 32, 2, 16, dtype=dtype_on(device), device=device)
     seqlens = torch.tensor([5, 32, 0], dtype=torch.int32, device=device)
     cu_q = cu([1, 2, 1], device)
 
@@ -171,7 +175,7 @@ def test_packed_call_compiles_fullgraph(device, layout):
         return flash_attn_with_kvcache(q, cache, cache, cache_seqlens=seqlens, cu_seqlens_q=cu_q, max_seqlen_q=2,
                                        causal=True, return_softmax_lse=True)
 
-    q = torch.randn(4, 4, 16, device=device)
+    q = torch.randn(4, 4, 16, dtype=dtype_on(device), device=device)
     eager = step(q)
     compiled = torch.compile(step, fullgraph=True, backend="eager")(q)
     for a, b in zip(compiled, eager):
@@ -211,9 +215,9 @@ def test_bad_packed_rows_laid_out_in_python_give_nan(device, case, monkeypatch):
 def test_packed_rows_from_strided_views(device):
     """q a view with gaps between its heads and rows (every other head of a wider tensor): the
     same output as its contiguous copy."""
-    wide = torch.randn(4, 8, 16, device=device)
+    wide = torch.randn(4, 8, 16, dtype=dtype_on(device), device=device)
     q = wide[:, ::2]
-    cache = torch.randn(3, 32, 2, 16, device=device)
+    cache = torch.randn(3, 32, 2, 16, dtype=dtype_on(device), device=device)
     args = dict(k_cache=cache, v_cache=cache, cache_seqlens=torch.tensor([5, 32, 0], dtype=torch.int32, device=device),
                 cu_seqlens_q=cu([1, 2, 1], device), max_seqlen_q=2, causal=True, return_softmax_lse=True)
     strided, contiguous = flash_attn_with_kvcache(q, **args), flash_attn_with_kvcache(q.contiguous(), **args)

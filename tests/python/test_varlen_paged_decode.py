@@ -95,12 +95,12 @@ def test_which_paged_calls_take_the_kvcache_kernels(device, monkeypatch):
     attention = _paged_varlen_kvcache.attention
     monkeypatch.setattr(_paged_varlen_kvcache, "attention",
                         lambda *args: taken.append(True) or attention(*args))
-    pages = torch.randn(4, 16, 2, 32, device=device)
+    pages = torch.randn(4, 16, 2, 32, dtype=torch.bfloat16, device=device)
     block_table = torch.tensor([[1, 3], [0, 2]], dtype=torch.int32, device=device)
     cu_k = cu([20, 31], device)
 
     def call(rows, heads=8, grad=False, **options):
-        q = torch.randn(2 * rows, heads, 32, device=device, requires_grad=grad)
+        q = torch.randn(2 * rows, heads, 32, dtype=torch.bfloat16, device=device, requires_grad=grad)
         taken.clear()
         flash_attn_varlen_func(q, pages, pages, cu([rows, rows], device), cu_k, rows, 31,
                                block_table=block_table, **options)
