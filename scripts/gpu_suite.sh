@@ -3,10 +3,13 @@
 # CUDA tensors, the standalone forward and backward checks, compute-sanitizer memcheck, then the
 # FA sweep (forward and backward, tileattn next to SDPA flash and cuDNN) with its plot.
 # Usage (repo root, on the GPU machine):
-#   bash scripts/gpu_suite.sh [libtileattn.so] [tests|tests-forward|tests-rest|bench|all]
-# `tests` is ~10 min, one device call's limit: tests-forward (the pytest suite and the forward
-# steps, 351 s in session 42) and tests-rest (the backward and decode steps, ~220 s) split it in
-# two calls.
+#   bash scripts/gpu_suite.sh [libtileattn.so] [tests|tests-forward|tests-rest|tests-parallel|bench|all]
+# `tests` takes ~13 min in series, past one device call's limit: tests-forward (the pytest suite and
+# the forward steps, 413 s in session 51) and tests-rest (the backward and decode steps, 388 s) split
+# it in two calls, or tests-parallel runs both halves at once as two processes in one call (the
+# steps are small kernels and Python on a GPU that 16 host cores feed: predicted ~8 min), their
+# console output in $OUT/forward.console and $OUT/rest.console and their logs in
+# $OUT/forward/suite-logs.tgz and $OUT/rest/suite-logs.tgz.
 # Every step has a time limit, so a kernel that hangs (a pipeline deadlock) fails its step and the
 # rest still runs; a step's log ends where it hung.
 set -u -o pipefail
@@ -14,6 +17,18 @@ source "$(dirname "$0")/unpack_library.sh"
 LIB=$(unpack_library "${1:-build-final2/src/libtileattn.so}")  # a .so, or a .so.xz from build_variant.sh
 WHAT=${2:-all}
 OUT=${OUT:-gpu-out}
+if [[ $WHAT == tests-parallel ]]; then
+  mkdir -p "$OUT/forward" "$OUT/rest"
+  OUT=$OUT/forward bash "$0" "$LIB" tests-forward > "$OUT/forward.console" 2>&1 &
+  forward=$!
+  OUT=$OUT/rest bash "$0" "$LIB" tests-rest > "$OUT/rest.console" 2>&1 &
+  rest=$!
+  wait $forward; forward_rc=$?
+  wait $rest; rest_rc=$?
+  for half in forward rest; do echo "== tests-$half"; cat "$OUT/$half.console"; done
+  echo "tests-forward rc=$forward_rc, tests-rest rc=$rest_rc"
+  exit $(( forward_rc || rest_rc ))
+fi
 # The test steps' logs go to LOGS and come back packed in $OUT/suite-logs.tgz: the device returns at
 # most 8 files a call, and the steps write 21.
 LOGS=$(mktemp -d)
