@@ -205,7 +205,10 @@ TILEATTN_API int tileattn_backward(const tileattn_bwd_params* params);
  * on the CPU): the most over the kernels the shapes allow, never depending on the pointers. */
 TILEATTN_API int tileattn_backward_workspace_size(const tileattn_bwd_params* params, int64_t* bytes);
 /* Appends to the cache (when k_new is given), then attends.  On CUDA the index arrays are not
- * read on the host: see src/api/dispatch.cpp for what happens when their contents are wrong. */
+ * read on the host: see src/api/dispatch.cpp for what happens when their contents are wrong.
+ * With the environment variable TILEATTN_CHECK_CONTENTS=on, every CUDA call (this one,
+ * tileattn_forward and tileattn_backward) copies its index arrays to the host first and fails as
+ * a CPU call would, naming the argument (a stream sync per array; refused under graph capture). */
 TILEATTN_API int tileattn_forward_kvcache(const tileattn_kvcache_params* params);
 /* Validates like tileattn_forward_kvcache, then stores in *bytes the workspace those params may
  * need: 0 on the CPU and when no kernel the call could take splits.  It depends only on the
