@@ -1,8 +1,9 @@
 """TILEATTN_CHECK_CONTENTS=on: CUDA calls read their index tensors on the host and raise for a bad
 entry naming the argument, as CPU calls always do, where otherwise the kernels give NaN outputs:
 varlen cu_seqlens and seqused_k (forward and backward), the KV cache's cache_seqlens, block_table
-and colliding appends, paged varlen keys on both of their paths, packed query rows.  Good calls
-give the same bits with it on; it refuses CUDA-graph capture and values other than off/on."""
+and colliding appends, paged varlen keys on both of their paths (packed query rows:
+test_kvcache_packed_q.py).  Good calls give the same bits with it on; it refuses CUDA-graph
+capture and values other than off/on."""
 
 import pytest
 import torch
@@ -113,13 +114,6 @@ def test_bad_paged_varlen_keys_raise(check_contents, path):
     assert_raises_naming("block_table", lambda: flash_attn_varlen_func(
         q, k_pages, v_pages, cu(rows, DEVICE), cu(SEQLENS_K, DEVICE), max(rows), max(SEQLENS_K),
         block_table=block_table))
-
-
-def test_bad_packed_query_rows_raise(check_contents):
-    args = kvcache_args(paged=False)
-    args.update(q=torch.randn(3, 4, 32, dtype=torch.bfloat16, device=DEVICE), max_seqlen_q=2,
-                cu_seqlens_q=torch.tensor([0, 2, 4], dtype=torch.int32, device=DEVICE))
-    assert_raises_naming("cu_seqlens_q", lambda: flash_attn_with_kvcache(**args))
 
 
 def test_capture_is_refused(check_contents):
