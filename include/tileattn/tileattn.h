@@ -159,8 +159,8 @@ typedef struct tileattn_bwd_params {
  * q and out are (fwd.total_q, H, D) (batch strides ignored), softmax_lse is (H, total_q)
  * (lse_batch_stride ignored) and fwd.seqlen_q is max_seqlen_q; sequence b's rows
  * cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 attend as a call with seqlen_q = their count would,
- * masks bottom-right aligned to that count.  Not combined with k_new or rotary.  The CUDA backend
- * returns TILEATTN_ERROR_UNSUPPORTED for it for now (the Python package lays the rows out itself). */
+ * masks bottom-right aligned to that count.  Not combined with k_new or rotary.  On CUDA a
+ * cu_seqlens_q that breaks the CPU's rules makes every output NaN. */
 typedef struct tileattn_kvcache_params {
   tileattn_fwd_params fwd;
   const int32_t* cache_seqlens;   /* (B): tokens in the cache before the append; required */

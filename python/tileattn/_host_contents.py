@@ -5,7 +5,7 @@ stay unread: a read waits for the stream, costs a sync per call and cannot be ca
 CUDA graph, so the kernels turn a bad entry into NaN outputs instead.  TILEATTN_CHECK_CONTENTS=on
 brings the CPU's errors to CUDA calls, for debugging: the library copies each call's index arrays
 to the host and checks them (src/api/host_index_copy.h), and the package's own content checks
-(paged varlen keys, packed query rows laid out here) run on CUDA too.  Read on every call, like
+(paged varlen keys) run on CUDA too.  Read on every call, like
 the library reads it, so it can be switched between calls.
 """
 

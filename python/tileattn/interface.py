@@ -23,8 +23,7 @@ import functools
 
 import torch
 
-from . import (_fwd_plan, _kvcache_ops, _kvcache_packed_q, _kvcache_plan, _ops, _paged_varlen,
-               _paged_varlen_kvcache)
+from . import _fwd_plan, _kvcache_ops, _kvcache_plan, _ops, _paged_varlen, _paged_varlen_kvcache
 from ._checks import Checker
 from ._ffi import InvalidArgumentError
 
@@ -414,11 +413,6 @@ def flash_attn_with_kvcache(
     _, scale, left, right, softcap = _options(check, q, 0.0, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[-2], q.device)
     check.int32(num_splits, "num_splits", 0)
-    if packed and _kvcache_packed_q.lays_out_rows(q.device):
-        return _kvcache_packed_q.attention(
-            q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
-            cu_seqlens_q, max_seqlen_q, softmax_scale, causal, window_size, softcap, alibi_slopes,
-            num_splits, return_softmax_lse)
     out, lse = _kvcache_ops.call_kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, scale, left, right, softcap, bool(rotary_interleaved),

@@ -22,16 +22,6 @@ ForwardParams resolve_defaults(ForwardParams p) {
   return p;
 }
 
-// Packed query rows in a kvcache call run on the CPU backend only, for now: on CUDA the Python
-// package lays them into a batch-form block itself (python/tileattn/_kvcache_packed_q.py).
-void require_batch_form_on_cuda(const KvCacheParams& p) {
-  if (p.fwd.device == TILEATTN_DEVICE_CUDA && p.fwd.cu_seqlens_q != nullptr) {
-    throw Error(ErrorCode::kUnsupported, "cu_seqlens_q",
-                "packed query rows (cu_seqlens_q) in a KV-cache call are not supported by the CUDA "
-                "backend yet; pass q as (batch, seqlen_q, nheads, headdim)");
-  }
-}
-
 #ifdef TILEATTN_WITH_CUDA
 // TILEATTN_CHECK_CONTENTS=on: a CUDA call copies its index arrays to the host (a stream sync per
 // array, and no CUDA-graph capture) and raises for a bad entry as the CPU backend does, naming the
@@ -111,7 +101,6 @@ void forward_kvcache(const KvCacheParams& params) {
     cpu_forward_kvcache(p);
     return;
   }
-  require_batch_form_on_cuda(p);
   // On CUDA the index arrays (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) stay
   // unread on the host: reading them would sync and break CUDA-graph capture.  The kernels check
   // them instead, and a sequence that breaks a rule of validate_kvcache_contents is not appended
@@ -141,7 +130,6 @@ int64_t backward_workspace_size(const BackwardParams& params) {
 int64_t kvcache_workspace_size(const KvCacheParams& params) {
   validate_kvcache(params);
   if (params.fwd.device == TILEATTN_DEVICE_CPU) return 0;
-  require_batch_form_on_cuda(params);
 #ifdef TILEATTN_WITH_CUDA
   KvCacheParams p = params;  // sized for the params forward_kvcache() runs with
   p.fwd = resolve_defaults(params.fwd);

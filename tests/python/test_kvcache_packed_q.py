@@ -9,20 +9,9 @@ import torch
 import attn_reference as ref
 from conftest import FLOOR, assert_fa_close, dtypes_for
 from test_varlen import cu
-from tileattn import _kvcache_packed_q, _kvcache_plan, flash_attn_with_kvcache
+from tileattn import _kvcache_plan, flash_attn_with_kvcache
 
 CAPACITY = 256  # cache slots a sequence may use
-
-
-@pytest.fixture(params=["library", "python"])
-def layout(request, monkeypatch):
-    """Who lays the packed rows out: the library (the CPU backend's packed form) or the Python
-    package (CUDA's path until the decode kernels take packed rows), run on every device."""
-    if request.param == "python":
-        monkeypatch.setattr(_kvcache_packed_q, "lays_out_rows", lambda device: True)
-    elif request.node.callspec.params.get("device") == "cuda":
-        pytest.skip("the CUDA backend does not take packed rows yet")
-    return request.param
 
 
 def make_caches(device, dtype, seqlens, heads_k, dim, *, page=None, batch_idx=False):
@@ -83,7 +72,7 @@ def run_packed(device, dtype, rows, seqlens, *, heads=8, heads_k=2, dim=64, page
 
 @pytest.mark.parametrize("cache", ["contiguous", "page16", "page64"])
 @pytest.mark.parametrize("mask", ["none", "causal", "window"])
-def test_packed_rows_against_float64(device, cache, mask, layout):
+def test_packed_rows_against_float64(device, cache, mask):
     page = None if cache == "contiguous" else int(cache.removeprefix("page"))
     options = dict(causal=mask == "causal", window_size=(20, 3) if mask == "window" else (-1, -1))
     for dtype in dtypes_for(device):
@@ -93,7 +82,7 @@ def test_packed_rows_against_float64(device, cache, mask, layout):
 
 @pytest.mark.parametrize("option", ["batch_idx", "leftpad", "softcap_alibi", "alibi_per_sequence", "mqa",
                                     "loose_max_seqlen_q"])
-def test_packed_rows_options(device, option, layout):
+def test_packed_rows_options(device, option):
     rows, seqlens = [2, 4, 1], [120, 33, 256]
     kwargs = {}
     if option == "batch_idx":
@@ -166,7 +155,7 @@ def test_packed_call_repeats_from_its_plan():
     assert torch.equal(first, second)
 
 
-def test_packed_call_compiles_fullgraph(device, layout):
+def test_packed_call_compiles_fullgraph(device):
     cache = torch.randn(3, 32, 2, 16, dtype=dtype_on(device), device=device)
     seqlens = torch.tensor([5, 32, 0], dtype=torch.int32, device=device)
     cu_q = cu([1, 2, 1], device)
@@ -190,9 +179,9 @@ def on_device(changes, device):
 
 
 @pytest.mark.parametrize("case", CONTENT_CASES)
-def test_bad_packed_rows_raise_where_contents_are_read(device, case, layout, monkeypatch):
+def test_bad_packed_rows_raise_where_contents_are_read(device, case, monkeypatch):
     """The CPU, and CUDA with TILEATTN_CHECK_CONTENTS=on, raise for bad cu_seqlens_q contents
-    naming the argument, whichever lays the rows out."""
+    naming the argument."""
     monkeypatch.setenv("TILEATTN_CHECK_CONTENTS", "on")
     changes, error, argument = BAD[case]
     with pytest.raises(error) as raised:
@@ -200,16 +189,14 @@ def test_bad_packed_rows_raise_where_contents_are_read(device, case, layout, mon
     assert raised.value.argument == argument, str(raised.value)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("case", CONTENT_CASES)
-def test_bad_packed_rows_laid_out_in_python_give_nan(device, case, monkeypatch):
-    """Where the rows are laid out in Python (CUDA) nothing is read on the host: bad cu_seqlens_q
-    contents make every output NaN, with nothing read out of bounds (a later call still runs)."""
-    if device == "cpu":
-        pytest.skip("the CPU backend raises for the faulty call's cache lengths of -1 instead")
-    monkeypatch.setattr(_kvcache_packed_q, "lays_out_rows", lambda device: True)
-    out, lse = call(device, return_softmax_lse=True, **on_device(BAD[case][0], device))
+def test_cuda_bad_packed_rows_give_nan(case):
+    """On CUDA nothing is read on the host: bad cu_seqlens_q contents make every output NaN, with
+    nothing read out of bounds (a later call still runs)."""
+    out, lse = call("cuda", return_softmax_lse=True, **on_device(BAD[case][0], "cuda"))
     assert torch.isnan(out).all() and torch.isnan(lse).all()
-    assert not torch.isnan(call(device)).any()
+    assert not torch.isnan(call("cuda")).any()
 
 
 def test_packed_rows_from_strided_views(device):

@@ -65,8 +65,9 @@ __device__ __forceinline__ float4 load_peer4(uint32_t address) {
 // the heuristic may pick either by batch size without breaking a fixed num_splits' batch
 // invariance.
 template <typename T, int kD, typename Smem, typename HeadOf, typename QrowOf>
-__device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& args, Smem& sm, bool seq_ok, int b,
-                                                        int rows_here, HeadOf head_of, QrowOf qrow_of) {
+__device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& args, Smem& sm, bool seq_ok,
+                                                        const QuerySlots& slots, int rows_here, HeadOf head_of,
+                                                        QrowOf qrow_of) {
   const tileattn_fwd_params& f = args.p.fwd;
   const int splits = args.num_splits;  // the cluster's size
   const uint32_t rank = cute::block_rank_in_cluster();
@@ -86,7 +87,7 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& args, 
       if (s < splits) sm.split_weight[s][r] = merged.weight(split_lse[s]);
     }
     sm.row_poisoned[r] = merged.poisoned;
-    if (rank == 0) f.softmax_lse[b * f.lse_batch_stride + head_of(r) * f.lse_head_stride + qrow_of(r)] = merged.output_lse();
+    if (rank == 0 && slots.live(qrow_of(r))) f.softmax_lse[slots.lse_offset(f, qrow_of(r), head_of(r))] = merged.output_lse();
   }
   __syncthreads();  // split_weight, row_poisoned complete
 
@@ -110,8 +111,10 @@ __device__ __forceinline__ void merge_splits_in_cluster(const DecodeArgs& args, 
         x[3] = fmaf(w, split_partial_o(seq_ok, scale, a.w + c.w), x[3]);
       }
     }
+    if (!slots.live(qrow_of(r))) continue;
     const bool poisoned = sm.row_poisoned[r];
-    T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + qrow_of(r) * f.out_row_stride + head_of(r) * f.out_head_stride;
+    T* out = static_cast<T*>(f.out) +
+             slots.offset(qrow_of(r), head_of(r), f.out_batch_stride, f.out_row_stride, f.out_head_stride);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       if (d0 + c < f.head_dim) out[d0 + c] = from_float<T>(poisoned ? CUDART_NAN_F : x[c]);

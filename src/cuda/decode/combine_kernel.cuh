@@ -53,8 +53,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs args
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  const QuerySlots slots = query_slots(f, b);
+  if (!slots.live(i)) return;  // a leading slot of packed rows: no output row
 
-  T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride;
+  T* out = static_cast<T*>(f.out) + slots.offset(i, h, f.out_batch_stride, f.out_row_stride, f.out_head_stride);
   const float* partial = args.o_partial + row * f.head_dim;
   const int64_t split_stride = split_rows * f.head_dim;
   auto load_trip = [&](float (&part)[kCombineDims][kSplitsPerTrip], int k0) {
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs args
     const int d = threadIdx.x + c * kThreads;
     if (d < f.head_dim) out[d] = from_float<T>(poisoned ? CUDART_NAN_F : x[c]);
   }
-  if (threadIdx.x == 0) f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = merged.output_lse();
+  if (threadIdx.x == 0) f.softmax_lse[slots.lse_offset(f, i, h)] = merged.output_lse();
 }
 
 }  // namespace tileattn::cuda::decode

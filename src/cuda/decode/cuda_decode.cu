@@ -18,6 +18,7 @@
 #include "cuda/check.h"
 #include "cuda/decode/decode_launch.h"
 #include "cuda/device_checks.h"
+#include "cuda/index_poison.h"
 #include "cuda/kernel_family.h"
 #include "cuda/tensor_map_encoder.h"
 
@@ -220,7 +221,7 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   require_sm80();
   const std::pair<const void*, const char*> pointers[] = {
       {f.q, "q"}, {f.k, "k_cache"}, {f.v, "v_cache"}, {f.out, "out"}, {f.softmax_lse, "softmax_lse"},
-      {f.alibi_slopes, "alibi_slopes"}, {p.cache_seqlens, "cache_seqlens"}, {p.cache_batch_idx, "cache_batch_idx"},
+      {f.alibi_slopes, "alibi_slopes"}, {f.cu_seqlens_q, "cu_seqlens_q"}, {p.cache_seqlens, "cache_seqlens"}, {p.cache_batch_idx, "cache_batch_idx"},
       {p.cache_leftpad, "cache_leftpad"}, {p.block_table, "block_table"}, {p.k_new, "k"}, {p.v_new, "v"},
       {p.rotary_cos, "rotary_cos"}, {p.rotary_sin, "rotary_sin"}, {p.workspace, "workspace"}};
   for (const auto& [ptr, name] : pointers) require_device_pointer(ptr, name);
@@ -240,6 +241,15 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
     decode::run_decode<__nv_bfloat16>(args, stream);
   } else {
     throw Error(ErrorCode::kDtype, "q", "the CUDA backend takes float16 or bfloat16");
+  }
+  if (f.cu_seqlens_q != nullptr) {
+    // Packed query rows whose cu_seqlens_q break a rule had no live slot (decode::query_slots):
+    // NaN over every output, as a varlen forward's bad index arrays get.  The poison kernel checks
+    // cu_seqlens_k's rules too; given cu_seqlens_q as both, it checks the rows' rules once more.
+    ForwardParams rows = f;
+    rows.cu_seqlens_k = f.cu_seqlens_q, rows.total_k = f.total_q, rows.seqlen_k = f.seqlen_q;
+    rows.seqused_k = nullptr, rows.attn_probs = nullptr;
+    poison_out_of_bounds_forward(rows, stream);
   }
 }
 

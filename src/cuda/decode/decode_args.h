@@ -69,6 +69,34 @@ TILEATTN_HOST_DEVICE SequenceKeys sequence_keys(const tileattn_kvcache_params& p
   return s;
 }
 
+// Where query slot i (0 <= i < seqlen_q) of sequence b lives in q and out, and its LSE.  Batch
+// form: (b, i).  Packed rows (fwd.cu_seqlens_q): right-aligned, slot i holds packed row
+// cu_seqlens_q[b] + i - (seqlen_q - rows_b), so the kernels' bottom-right masks over seqlen_q
+// slots are the rows' own; slots before first_live hold no row (q reads zeros there, nothing is
+// stored).  A sequence whose entries break the CPU's cu_seqlens_q rules has no live slot, and
+// poison_out_of_bounds_forward then writes NaN over every output.
+struct QuerySlots {
+  int64_t batch;      // b in batch form, 0 packed
+  int64_t first_row;  // row of slot 0 (packed; may be negative) or 0
+  int first_live;
+  TILEATTN_HOST_DEVICE bool live(int i) const { return i >= first_live; }
+  TILEATTN_HOST_DEVICE int64_t offset(int i, int h, int64_t batch_stride, int64_t row_stride,
+                                     int64_t head_stride) const {
+    return batch * batch_stride + (first_row + i) * row_stride + h * head_stride;
+  }
+  TILEATTN_HOST_DEVICE int64_t lse_offset(const tileattn_fwd_params& f, int i, int h) const {
+    return batch * f.lse_batch_stride + h * f.lse_head_stride + first_row + i;
+  }
+};
+
+TILEATTN_HOST_DEVICE QuerySlots query_slots(const tileattn_fwd_params& f, int b) {
+  if (f.cu_seqlens_q == nullptr) return QuerySlots{b, 0, 0};
+  const int64_t q0 = f.cu_seqlens_q[b], q1 = f.cu_seqlens_q[b + 1];
+  const bool ok = q0 >= 0 && q1 >= q0 && q1 <= f.total_q && q1 - q0 <= f.seqlen_q;
+  const int first_live = ok ? static_cast<int>(f.seqlen_q - (q1 - q0)) : f.seqlen_q;
+  return QuerySlots{0, q0 - first_live, first_live};
+}
+
 // Where one split CTA's blocks are: block c covers cache positions base + c step .. + step - 1
 // (step: 16 keys in the register loop, TmaRing::kKeys in the TMA loop; base aligned to step, so a
 // TMA box of gcd(step, page size) keys never straddles a page), this split's blocks are

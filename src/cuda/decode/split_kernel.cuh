@@ -122,13 +122,19 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   // Nsight Compute on 1 x 2k showed the element-by-element version (each load behind its own
   // branch) waiting out one memory latency per element, a quarter of the kernel's time.
   constexpr int kQVectors = kRows * kD / 8 / kThreads;  // 2 at D = 128
+  // Packed rows (cu_seqlens_q) place the sequence's rows in its last slots (query_slots): two
+  // index loads ahead of Q's; the batch form reads nothing.  Worked out again for the stores at
+  // the end rather than kept in registers through the block loop.
+  const QuerySlots q_slots = query_slots(f, b);
   uint4 q_vec[kQVectors];
 #pragma unroll
   for (int k = 0; k < kQVectors; ++k) {
     const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
-    const T* q = static_cast<const T*>(f.q) + b * f.q_batch_stride;
-    if (r < rows_here) q += qrow_of(r) * f.q_row_stride + head_of(r) * f.q_head_stride;
-    q_vec[k] = load8(q, d0, D, args.vector_q, r < rows_here);
+    const bool live = r < rows_here && q_slots.live(qrow_of(r));
+    const T* q = static_cast<const T*>(f.q) + (live ? q_slots.offset(qrow_of(r), head_of(r), f.q_batch_stride,
+                                                                     f.q_row_stride, f.q_head_stride)
+                                                    : 0);
+    q_vec[k] = load8(q, d0, D, args.vector_q, live);
   }
   const SequenceKeys seq = sequence_keys(p, b);
 
@@ -315,10 +321,11 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   if (warp < 2) merge(true);
   __syncthreads();
 
+  const QuerySlots slots = query_slots(f, b);  // where the outputs go
   // The splits of a cluster launch (args.cluster_merge: the TMA loop, 2-8 splits) merge in
   // distributed shared memory and write out and lse themselves; no partials, no combine kernel.
   if (kTma && args.cluster_merge) {
-    merge_splits_in_cluster<T, kD>(args, sm, seq.ok, b, rows_here, head_of, qrow_of);
+    merge_splits_in_cluster<T, kD>(args, sm, seq.ok, slots, rows_here, head_of, qrow_of);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (after_append) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -343,7 +350,8 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
       x[c] = split_partial_o(seq.ok, scale, sm.o[0][r][d] + sm.o[1][r][d]);
     }
     if (final_output) {
-      T* out = static_cast<T*>(f.out) + b * f.out_batch_stride + i * f.out_row_stride + h * f.out_head_stride;
+      if (!slots.live(i)) continue;
+      T* out = static_cast<T*>(f.out) + slots.offset(i, h, f.out_batch_stride, f.out_row_stride, f.out_head_stride);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         if (d0 + c < D) out[d0 + c] = from_float<T>(x[c]);
@@ -366,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
     // A split's LSE is -inf when it saw no key; the output's +inf.
     const float lse = split_partial_lse(seq.ok, sm.row_max[r], sm.row_sum[r]);
     if (final_output) {
-      f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + i] = lse == -CUDART_INF_F ? CUDART_INF_F : lse;
+      if (slots.live(i)) f.softmax_lse[slots.lse_offset(f, i, h)] = lse == -CUDART_INF_F ? CUDART_INF_F : lse;
     } else {
       args.lse_partial[split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i] = lse;
     }
