@@ -160,10 +160,18 @@ typedef struct tileattn_bwd_params {
  * (lse_batch_stride ignored) and fwd.seqlen_q is max_seqlen_q; sequence b's rows
  * cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 attend as a call with seqlen_q = their count would,
  * masks bottom-right aligned to that count.  Not combined with k_new or rotary.  On CUDA a
- * cu_seqlens_q that breaks the CPU's rules makes every output NaN. */
+ * cu_seqlens_q that breaks the CPU's rules makes every output NaN.
+ * Cache lengths as a paged varlen call gives them (flash_attn_varlen_func's decode step): with
+ * cache_seqlens NULL, fwd.cu_seqlens_k (B + 1) gives sequence b's key count
+ * cu_seqlens_k[b + 1] - cu_seqlens_k[b] (its entries give lengths only, no rows), which must lie in
+ * [0, max_seqlen_k], and its cache length is fwd.seqused_k[b] when seqused_k is given (in [0, that
+ * count]), else the count.  max_seqlen_k <= fwd.seqlen_k; fwd.total_k is unused.  Not combined
+ * with k_new or rotary.  On CUDA a sequence whose entries break these rules gets NaN outputs, as
+ * for a cache_seqlens out of range. */
 typedef struct tileattn_kvcache_params {
   tileattn_fwd_params fwd;
-  const int32_t* cache_seqlens;   /* (B): tokens in the cache before the append; required */
+  const int32_t* cache_seqlens;   /* (B): tokens in the cache before the append; required
+                                   * unless fwd.cu_seqlens_k gives the lengths (above) */
   const int32_t* cache_batch_idx; /* (B) or NULL */
   const int32_t* cache_leftpad;   /* (B) or NULL */
   const int32_t* block_table;     /* (num_cache_entries, max_blocks) or NULL (contiguous cache) */
@@ -186,6 +194,7 @@ typedef struct tileattn_kvcache_params {
    * own pool.  The Python package always passes one (see python/tileattn/_ops.py for why). */
   void* workspace;
   int64_t workspace_bytes;
+  int32_t max_seqlen_k; /* with fwd.cu_seqlens_k in place of cache_seqlens (above) */
 } tileattn_kvcache_params;
 
 /* Fills defaults: everything zero/NULL except window_left = window_right = -1. */

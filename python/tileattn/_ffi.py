@@ -92,6 +92,7 @@ class KvCacheParams(ctypes.Structure):
         ("rotary_dim", _i32), ("rotary_seqlen", _i32), ("rotary_interleaved", _i32),
         ("num_splits", _i32),
         ("workspace", _ptr), ("workspace_bytes", _i64),
+        ("max_seqlen_k", _i32),
     ]
 
 

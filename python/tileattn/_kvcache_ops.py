@@ -21,17 +21,20 @@ def _opt_ptr(x):
 
 def _kvcache_fwd_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
                 v: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor],
-                cache_seqlens: Tensor, cache_batch_idx: Optional[Tensor],
+                cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor],
                 cache_leftpad: Optional[Tensor], block_table: Optional[Tensor],
                 softmax_scale: float, window_left: int, window_right: int, softcap: float,
                 rotary_interleaved: bool, alibi_slopes: Optional[Tensor],
-                num_splits: int, cu_seqlens_q: Optional[Tensor], max_seqlen_q: int) -> Tuple[Tensor, Tensor]:
+                num_splits: int, cu_seqlens_q: Optional[Tensor], max_seqlen_q: int,
+                cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
+                max_seqlen_k: int) -> Tuple[Tensor, Tensor]:
     """Returns (out, softmax_lse (B, H, Sq), or (H, total_q) with cu_seqlens_q); k_cache and
     v_cache receive k and v."""
     params, out, lse, copies = kvcache_params(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
-        rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q)
+        rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q, cu_seqlens_k,
+        seqused_k, max_seqlen_k)
     _on_device(q.device, forward_kvcache, params)
     del copies  # alive until the library has read them
     return out, lse
@@ -46,9 +49,10 @@ def forward_kvcache(params, workspace_bytes=None):
 def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                    cache_batch_idx, cache_leftpad, block_table, softmax_scale, window_left,
                    window_right, softcap, rotary_interleaved, alibi_slopes, num_splits,
-                   cu_seqlens_q=None, max_seqlen_q=0):
+                   cu_seqlens_q=None, max_seqlen_q=0, cu_seqlens_k=None, seqused_k=None, max_seqlen_k=0):
     """(params, out, lse, copies) for one kvcache call (q packed (total_q, H, D) when
-    cu_seqlens_q is given).  `copies` holds the inputs copied to
+    cu_seqlens_q is given; the cache lengths from cu_seqlens_k and seqused_k when cache_seqlens
+    is None, as a paged varlen call gives them).  `copies` holds the inputs copied to
     make a last dim contiguous, which params point at: the caller keeps it until the library
     call returns (on the CPU backend a freed copy's memory is reused at once)."""
     given = (q, k, v, rotary_cos, rotary_sin, alibi_slopes)
@@ -72,7 +76,10 @@ def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
     if packed:  # lse (H, total_q)
         params.fwd.cu_seqlens_q, params.fwd.total_q = cu_seqlens_q.data_ptr(), q.shape[0]
         params.fwd.lse_batch_stride, params.fwd.lse_head_stride = 0, lse.stride(0)
-    params.cache_seqlens = cache_seqlens.data_ptr()
+    params.cache_seqlens = _opt_ptr(cache_seqlens)
+    if cu_seqlens_k is not None:
+        params.fwd.cu_seqlens_k, params.fwd.seqused_k = cu_seqlens_k.data_ptr(), _opt_ptr(seqused_k)
+        params.max_seqlen_k = max_seqlen_k
     params.cache_batch_idx = _opt_ptr(cache_batch_idx)
     params.cache_leftpad = _opt_ptr(cache_leftpad)
     if paged:
@@ -110,7 +117,8 @@ kvcache_fwd = torch.library.custom_op(
 @kvcache_fwd.register_fake
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
       cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
-      rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q):
+      rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k,
+      max_seqlen_k):
     return q.new_empty(q.shape), q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
 
 

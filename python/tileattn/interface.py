@@ -269,12 +269,13 @@ def flash_attn_varlen_func(
         cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k = _paged_varlen.check_paged_call(
             check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k)
         max_seqlen_q = check.seqlen(max_seqlen_q, "max_seqlen_q")
-        dropout_p, _, _, _, _ = _options(check, q, dropout_p, softmax_scale, causal, window_size, softcap)
+        dropout_p, scale, left, right, capped = _options(
+            check, q, dropout_p, softmax_scale, causal, window_size, softcap)
         alibi_slopes = check.alibi(alibi_slopes, block_table.shape[0], q.shape[1], q.device)
         if _paged_varlen_kvcache.applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
             return _paged_varlen_kvcache.attention(
-                check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                seqused_k, softmax_scale, causal, window_size, softcap, alibi_slopes)
+                q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                scale, left, right, capped, alibi_slopes)
         k, v, cu_seqlens_k, seqused_k = _paged_varlen.gather_paged_keys(
             check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, bool(deterministic))
     return _varlen_attention(
@@ -416,6 +417,6 @@ def flash_attn_with_kvcache(
     out, lse = _kvcache_ops.call_kvcache_fwd(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, scale, left, right, softcap, bool(rotary_interleaved),
-        alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q or 0,
+        alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q or 0, None, None, 0,
         on_success=None if plan is None else lambda params, lse: _kvcache_plan.store(plan, params, lse))
     return (out, lse) if return_softmax_lse else out

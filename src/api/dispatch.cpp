@@ -97,6 +97,12 @@ void forward_kvcache(const KvCacheParams& params) {
   KvCacheParams p = params;
   p.fwd = resolve_defaults(params.fwd);
   if (p.fwd.device == TILEATTN_DEVICE_CPU) {
+    std::vector<int32_t> lengths;  // the CPU backend reads cache_seqlens: derived from cu_seqlens_k
+    if (p.cache_seqlens == nullptr && p.fwd.cu_seqlens_k != nullptr) {
+      lengths = cache_lengths_of_varlen_keys(p);
+      p.cache_seqlens = lengths.data();
+      p.fwd.cu_seqlens_k = p.fwd.seqused_k = nullptr;
+    }
     validate_kvcache_contents(p);
     cpu_forward_kvcache(p);
     return;

@@ -347,6 +347,8 @@ void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
   views.read(t.k_new);
   views.read(t.v_new);
   views.read(int32_view("cache_seqlens", p.cache_seqlens, f.batch));
+  views.read(int32_view("cu_seqlens_k", f.cu_seqlens_k, int64_t{f.batch} + 1));
+  views.read(int32_view("seqused_k", f.seqused_k, f.batch));
   views.read(int32_view("cache_batch_idx", p.cache_batch_idx, f.batch));
   views.read(int32_view("cache_leftpad", p.cache_leftpad, f.batch));
   if (p.block_table != nullptr) {
@@ -367,13 +369,23 @@ void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
 void validate_kvcache(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
   const bool packed_q = f.cu_seqlens_q != nullptr;
-  if (f.cu_seqlens_k) invalid("cu_seqlens_k", "flash_attn_with_kvcache takes no cu_seqlens_k; use cache_seqlens");
+  const bool varlen_keys = f.cu_seqlens_k != nullptr;  // key counts from cu_seqlens_k (tileattn.h)
+  if (varlen_keys && p.cache_seqlens) invalid("cu_seqlens_k", "give cache_seqlens or cu_seqlens_k, not both");
+  if (varlen_keys && !packed_q) {
+    invalid("cu_seqlens_k", "cache lengths from cu_seqlens_k need packed query rows (cu_seqlens_q)");
+  }
+  if (f.seqused_k && !varlen_keys) invalid("seqused_k", "seqused_k needs cu_seqlens_k; otherwise use cache_seqlens");
+  if (varlen_keys && (p.max_seqlen_k < 0 || p.max_seqlen_k > f.seqlen_k)) {
+    invalid("max_seqlen_k", "max_seqlen_k is ", p.max_seqlen_k, "; it must lie in [0, ", f.seqlen_k,
+            "], the cache's capacity");
+  }
   if (packed_q && p.k_new) invalid("k", "new tokens cannot be appended to a call with packed query rows (cu_seqlens_q)");
   if (packed_q && p.rotary_cos) invalid("rotary_cos", "rotary is not applied to packed query rows (cu_seqlens_q)");
-  if (f.seqused_k) invalid("seqused_k", "flash_attn_with_kvcache takes no seqused_k; use cache_seqlens");
+  if (varlen_keys && p.k_new) invalid("k", "new tokens cannot be appended to a call whose lengths come from cu_seqlens_k");
+  if (varlen_keys && p.rotary_cos) invalid("rotary_cos", "rotary needs cache_seqlens, not cu_seqlens_k");
   if (f.dropout_p != 0.0f) invalid("dropout_p", "flash_attn_with_kvcache has no dropout");
   if (f.attn_probs) invalid("attn_probs", "flash_attn_with_kvcache returns no attention probabilities");
-  if (p.cache_seqlens == nullptr && f.batch > 0) invalid("cache_seqlens", "cache_seqlens is required");
+  if (p.cache_seqlens == nullptr && !varlen_keys && f.batch > 0) invalid("cache_seqlens", "cache_seqlens is required");
   const bool paged = p.block_table != nullptr;
   if (p.num_cache_entries < 1) {
     invalid(paged ? "block_table" : "k_cache", paged ? "block_table has " : "k_cache has ",
@@ -403,6 +415,7 @@ void validate_kvcache(const KvCacheParams& p) {
   // first entry; the caches themselves below, as the (entries, rows, Hk, D) tensors they are.
   ForwardParams q_side = f;
   q_side.seqlen_k = 0;
+  q_side.cu_seqlens_k = q_side.seqused_k = nullptr;  // key lengths, checked with the cache below
   if (packed_q) {  // q, out and lse as the varlen form's; no key rows
     q_side.cu_seqlens_k = f.cu_seqlens_q;
     q_side.total_k = 0;
@@ -467,7 +480,33 @@ void check_cu_seqlens(const char* name, const int32_t* cu, int batch, int64_t to
 
 }  // namespace
 
-void validate_kvcache_contents(const KvCacheParams& p) {
+std::vector<int32_t> cache_lengths_of_varlen_keys(const KvCacheParams& p) {
+  const ForwardParams& f = p.fwd;
+  std::vector<int32_t> lengths(static_cast<size_t>(f.batch));
+  for (int b = 0; b < f.batch; ++b) {
+    const int64_t keys = static_cast<int64_t>(f.cu_seqlens_k[b + 1]) - f.cu_seqlens_k[b];
+    if (keys < 0 || keys > p.max_seqlen_k) {
+      invalid("cu_seqlens_k", "sequence ", b, " has ", keys, " keys (from cu_seqlens_k); it must be in [0, max_seqlen_k = ",
+              p.max_seqlen_k, "]");
+    }
+    const int64_t used = f.seqused_k ? f.seqused_k[b] : keys;
+    if (used < 0 || used > keys) {
+      invalid("seqused_k", "seqused_k[", b, "] is ", used, "; sequence ", b, " has ", keys, " keys");
+    }
+    lengths[static_cast<size_t>(b)] = static_cast<int32_t>(used);
+  }
+  return lengths;
+}
+
+void validate_kvcache_contents(const KvCacheParams& params) {
+  if (params.cache_seqlens == nullptr && params.fwd.cu_seqlens_k != nullptr) {
+    const std::vector<int32_t> lengths = cache_lengths_of_varlen_keys(params);
+    KvCacheParams with_lengths = params;
+    with_lengths.cache_seqlens = lengths.data();
+    validate_kvcache_contents(with_lengths);
+    return;
+  }
+  const KvCacheParams& p = params;
   const ForwardParams& f = p.fwd;
   const bool paged = p.block_table != nullptr;
   if (f.cu_seqlens_q) check_cu_seqlens("cu_seqlens_q", f.cu_seqlens_q, f.batch, f.total_q, f.seqlen_q, "max_seqlen_q");

@@ -2,6 +2,9 @@
 // throws tileattn::Error naming the argument and the values involved.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "tileattn/tileattn.hpp"
 
 namespace tileattn {
@@ -20,5 +23,9 @@ void validate_sequence_lengths(const ForwardParams& p);
 // Rules on the contents of cache_seqlens, cache_batch_idx, cache_leftpad and block_table (host
 // memory, as above), the slots an append writes included (append_slots.h).
 void validate_kvcache_contents(const KvCacheParams& p);
+
+// The cache lengths of a kvcache call that gives them through fwd.cu_seqlens_k and seqused_k
+// instead of cache_seqlens (tileattn.h), after checking those arrays' rules (host memory).
+std::vector<int32_t> cache_lengths_of_varlen_keys(const KvCacheParams& p);
 
 }  // namespace tileattn

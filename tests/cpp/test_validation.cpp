@@ -315,6 +315,37 @@ TEST(Validation, KvCachePackedQueryRows) {
   expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.lse_head_stride = 1; }, "softmax_lse");
 }
 
+// Cache lengths as a paged varlen call gives them: cu_seqlens_k's counts (3 and 16 keys), bounded
+// by max_seqlen_k, or seqused_k within them, in place of cache_seqlens.
+std::vector<int32_t> cu_keys = {0, 3, 19};
+void varlen_keys(KvValid& v) {
+  pack_rows(v);
+  v.p.cache_seqlens = nullptr;
+  v.p.fwd.cu_seqlens_k = cu_keys.data();
+  v.p.max_seqlen_k = 16;
+}
+
+TEST(Validation, KvCacheVarlenKeys) {
+  KvValid ok;
+  varlen_keys(ok);
+  EXPECT_NO_THROW(forward_kvcache(ok.p));
+  static std::vector<int32_t> used = {2, 9}, too_many = {4, 2};
+  ok.p.fwd.seqused_k = used.data();
+  EXPECT_NO_THROW(forward_kvcache(ok.p));
+  expect_kvcache_error([](KvValid& v) { varlen_keys(v), v.p.cache_seqlens = v.seqlens.data(); }, "cu_seqlens_k");
+  expect_kvcache_error(
+      [](KvValid& v) {
+        varlen_keys(v);
+        v.p.fwd.cu_seqlens_q = nullptr, v.p.fwd.lse_batch_stride = 4, v.p.fwd.lse_head_stride = 1;
+      },
+      "cu_seqlens_k");
+  expect_kvcache_error([](KvValid& v) { v.p.fwd.seqused_k = v.seqlens.data(); }, "seqused_k");
+  expect_kvcache_error([](KvValid& v) { varlen_keys(v), v.p.max_seqlen_k = 17; }, "max_seqlen_k");
+  expect_kvcache_error([](KvValid& v) { varlen_keys(v), v.p.max_seqlen_k = 15; }, "cu_seqlens_k");
+  expect_kvcache_error([](KvValid& v) { varlen_keys(v), v.p.fwd.seqused_k = too_many.data(); }, "seqused_k");
+  expect_kvcache_error([](KvValid& v) { varlen_keys(v), v.append_one_token(); }, "k");
+}
+
 // The kernels read and write in no fixed order: an output sharing a byte with another argument
 // is refused, naming the output, while views that interleave without sharing pass.
 TEST(Validation, OutputsShareNoMemory) {

@@ -221,7 +221,8 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   require_sm80();
   const std::pair<const void*, const char*> pointers[] = {
       {f.q, "q"}, {f.k, "k_cache"}, {f.v, "v_cache"}, {f.out, "out"}, {f.softmax_lse, "softmax_lse"},
-      {f.alibi_slopes, "alibi_slopes"}, {f.cu_seqlens_q, "cu_seqlens_q"}, {p.cache_seqlens, "cache_seqlens"}, {p.cache_batch_idx, "cache_batch_idx"},
+      {f.alibi_slopes, "alibi_slopes"}, {f.cu_seqlens_q, "cu_seqlens_q"}, {f.cu_seqlens_k, "cu_seqlens_k"},
+      {f.seqused_k, "seqused_k"}, {p.cache_seqlens, "cache_seqlens"}, {p.cache_batch_idx, "cache_batch_idx"},
       {p.cache_leftpad, "cache_leftpad"}, {p.block_table, "block_table"}, {p.k_new, "k"}, {p.v_new, "v"},
       {p.rotary_cos, "rotary_cos"}, {p.rotary_sin, "rotary_sin"}, {p.workspace, "workspace"}};
   for (const auto& [ptr, name] : pointers) require_device_pointer(ptr, name);

@@ -53,9 +53,19 @@ struct SequenceKeys {
   bool ok;
 };
 
+// Sequence b's cache length when a paged varlen call gives it (cache_seqlens NULL, tileattn.h):
+// seqused_k[b], else its cu_seqlens_k count; -1, which sequence_keys refuses, where those break
+// the CPU's rules (a count outside [0, max_seqlen_k], seqused_k outside [0, the count]).
+TILEATTN_HOST_DEVICE int varlen_cache_length(const tileattn_kvcache_params& p, int b) {
+  const int64_t keys = static_cast<int64_t>(p.fwd.cu_seqlens_k[b + 1]) - p.fwd.cu_seqlens_k[b];
+  const int64_t used = p.fwd.seqused_k ? p.fwd.seqused_k[b] : keys;
+  const bool ok = keys >= 0 && keys <= p.max_seqlen_k && used >= 0 && used <= keys;
+  return ok ? static_cast<int>(used) : -1;
+}
+
 TILEATTN_HOST_DEVICE SequenceKeys sequence_keys(const tileattn_kvcache_params& p, int b) {
   SequenceKeys s;
-  s.seqlen = p.cache_seqlens[b];
+  s.seqlen = p.cache_seqlens ? p.cache_seqlens[b] : varlen_cache_length(p, b);
   const int added = p.k_new ? p.seqlen_new : 0;
   s.first = p.cache_leftpad ? p.cache_leftpad[b] : 0;
   s.row = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
