@@ -19,7 +19,7 @@ _plans = Plans()
 hits = 0  # calls served from a plan since import (tests check the fast path really ran)
 
 
-def _options_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+def options_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
                  return_attn_probs):
     """The options' part of a signature (values and types), or None when no plan may serve the
     call: dropout, attention probabilities, a window that is not a pair, or dynamo tracing."""
@@ -37,7 +37,7 @@ def signature(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, a
               deterministic, return_attn_probs):
     """A flash_attn_func call's signature, or None when it cannot have a plan.  Grad mode and the
     tensors' requires_grad are in it, so a plan is for recorded calls or for unrecorded ones."""
-    options = _options_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+    options = options_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
                            return_attn_probs)
     if options is None:
         return None
@@ -52,7 +52,7 @@ def varlen_signature(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      return_attn_probs, seqused_k):
     """A flash_attn_varlen_func call's signature: the batch form's with the index tensors and the
     maximum lengths (values and types; the library reads the index tensors' contents)."""
-    options = _options_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+    options = options_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
                            return_attn_probs)
     if options is None:
         return None

@@ -12,7 +12,9 @@ with the packed query rows as they are (cu_seqlens_q, max_seqlen_q: flash_attn_w
 packed form, which aligns each sequence's rows to the bottom right of its keys as the varlen call
 does) and the key lengths as the varlen call gives them: the library takes cu_seqlens_k,
 seqused_k and max_seqlen_k in place of cache_seqlens (include/tileattn/tileattn.h), so this path
-adds no torch op to the call.
+adds no torch op to the call.  A decode loop repeats one signature per layer and step: from its
+second call a signature runs from the parameters the first one stored (_plans.py's scheme, as
+flash_attn_with_kvcache's repeat calls do), skipping the varlen call's Python checks.
 
 Nothing is read on the host (CUDA-graph capturable, traced by torch.compile).  Bad contents are
 the library's to find: the CPU backend (and CUDA with TILEATTN_CHECK_CONTENTS=on) raises naming
@@ -22,9 +24,15 @@ makes the rows that read it NaN, and a bad cu_seqlens_q makes every output NaN (
 NaNs every output for any of them).
 """
 
+import functools
+
 import torch
 
-from . import _kvcache_ops
+from . import _ffi, _fwd_plan, _kvcache_ops, _ops
+from ._plans import Plans, call_with_workspace, empty_like_shape, fill_call, on_other_device, tensor_key, traced
+
+_plans = Plans()
+hits = 0  # calls served from a plan since import (tests check the fast path really ran)
 
 # Query rows of one KV group (max_seqlen_q x nheads / nheads_k) up to which the kvcache kernels
 # take the call.  Up to 16 they are one tensor-core tile and K/V are read once: always ahead of
@@ -44,12 +52,64 @@ def applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
 
 
 def attention(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-              scale, window_left, window_right, softcap, alibi_slopes):
+              scale, window_left, window_right, softcap, alibi_slopes, plan=None):
     """The paged varlen call's output, for arguments that passed
-    _paged_varlen.check_paged_call and applies(); scale, windows and softcap resolved."""
+    _paged_varlen.check_paged_call and applies(); scale, windows and softcap resolved.  `plan`:
+    the call's signature, under which its parameters are kept when the library accepts them."""
     if block_table.stride(1) != 1:
-        block_table = block_table.contiguous()
+        block_table, plan = block_table.contiguous(), None
     out, _ = _kvcache_ops.call_kvcache_fwd(
         q, k, v, None, None, None, None, None, None, None, block_table, scale, window_left, window_right,
-        softcap, False, alibi_slopes, 0, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k, max_seqlen_k)
+        softcap, False, alibi_slopes, 0, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k, max_seqlen_k,
+        on_success=None if plan is None else functools.partial(_store, plan))
+    return out
+
+
+def signature(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+              softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+              seqused_k):
+    """A paged varlen call's signature for the repeat-call fast path (_plans.py), or None when it
+    cannot have a plan.  Only calls this module served store one, and everything applies() looks
+    at (grad mode, the tensors' requires_grad and strides, dropout, attn_probs, max_seqlen_q, the
+    head counts) is in the signature, so a plan never serves a call the gather path should take."""
+    options = _fwd_plan.options_key(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+                                    return_attn_probs)
+    if options is None:
+        return None
+    try:
+        return ("paged decode", tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(block_table),
+                tensor_key(cu_seqlens_q), tensor_key(cu_seqlens_k), tensor_key(seqused_k),
+                tensor_key(alibi_slopes), type(max_seqlen_q), max_seqlen_q, type(max_seqlen_k),
+                max_seqlen_k) + options
+    except AttributeError:
+        return None
+
+
+def _store(key, params, lse):
+    _plans.store(key, (params, empty_like_shape(lse), params.fwd.device == _ffi.DEVICE_CUDA,
+                       params.workspace_bytes))
+
+
+def run(key, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes):
+    """The output from the plan of `key`, or None when the full path must run (no plan, a tracer
+    active, q on a device other than the current one, a workspace the library now refuses)."""
+    global hits
+    plan = _plans.get(key)
+    if plan is None or traced():
+        return None
+    template, lse_like, on_cuda, workspace_bytes = plan
+    if on_cuda and on_other_device(q):
+        return None
+    out = _ops._new_output(q)
+    lse = _ops._new_output(lse_like)
+    params = _ffi.KvCacheParams.from_buffer_copy(template)
+    fill_call(params.fwd, on_cuda, q, k, v, out, lse, alibi_slopes)
+    params.block_table = block_table.data_ptr()
+    params.fwd.cu_seqlens_q, params.fwd.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+    if seqused_k is not None:  # the signature fixes whether it is given
+        params.fwd.seqused_k = seqused_k.data_ptr()
+    if not call_with_workspace(_plans, key, _ffi.library().forward_kvcache, params, on_cuda,
+                               workspace_bytes, q):
+        return None
+    hits += 1
     return out

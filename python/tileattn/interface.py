@@ -253,21 +253,29 @@ def flash_attn_varlen_func(
     place (_paged_varlen_kvcache.py); any other is gathered into a padded copy first
     (_paged_varlen.py says what that costs).
     """
-    plan = None
     if block_table is None:
         plan = _fwd_plan.varlen_signature(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
             softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
             return_attn_probs, seqused_k)
-    if plan is not None:
-        out = _fwd_plan.run_varlen(plan, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
-                                   alibi_slopes)
-        if out is not None:
-            return out
+        out = None if plan is None else _fwd_plan.run_varlen(
+            plan, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes)
+    else:
+        plan = _paged_varlen_kvcache.signature(
+            q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+            softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+            return_attn_probs, seqused_k)
+        out = None if plan is None else _paged_varlen_kvcache.run(
+            plan, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes)
+    if out is not None:
+        return out
     check = Checker("flash_attn_varlen_func")
     if block_table is not None:
+        given = (cu_seqlens_q, cu_seqlens_k, seqused_k)
         cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k = _paged_varlen.check_paged_call(
             check, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, seqused_k)
+        if any(a is not b for a, b in zip(given, (cu_seqlens_q, cu_seqlens_k, seqused_k))):
+            plan = None  # the parameters would point at this call's contiguous copies
         max_seqlen_q = check.seqlen(max_seqlen_q, "max_seqlen_q")
         dropout_p, scale, left, right, capped = _options(
             check, q, dropout_p, softmax_scale, causal, window_size, softcap)
@@ -275,7 +283,8 @@ def flash_attn_varlen_func(
         if _paged_varlen_kvcache.applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
             return _paged_varlen_kvcache.attention(
                 q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-                scale, left, right, capped, alibi_slopes)
+                scale, left, right, capped, alibi_slopes, plan)
+        plan = None  # the gather path's call has a signature of its own
         k, v, cu_seqlens_k, seqused_k = _paged_varlen.gather_paged_keys(
             check, k, v, block_table, cu_seqlens_k, seqused_k, max_seqlen_k, bool(deterministic))
     return _varlen_attention(

@@ -88,7 +88,7 @@ def test_paged_decode_options(device, option, kvcache_path_only):
         run_decode(device, dtype, seqlens_q, seqlens_k, 16, **kwargs)
 
 
-def test_which_paged_calls_take_the_kvcache_kernels(device, monkeypatch):
+def test_which_paged_calls_take_the_kvcache_kernels(device, monkeypatch, no_plans):
     """No gradient wanted, no dropout, no attn_probs and at most ROW_LIMIT query rows a KV group:
     the KV-cache kernels; anything else: the gather."""
     taken = []
@@ -114,6 +114,53 @@ def test_which_paged_calls_take_the_kvcache_kernels(device, monkeypatch):
         assert call(1, grad=True)
     assert not call(1, dropout_p=0.1)
     assert not call(1, return_attn_probs=True)
+
+
+def test_repeated_decode_step_runs_from_its_plan(device, kvcache_path_only, no_plans):
+    """The second call with a signature skips the checks (_paged_varlen_kvcache.run) and gives,
+    from its own q, pages and block table, the bits the full path gives; a bad block-table entry
+    there still raises on the CPU (the library checks every call) and is NaN on CUDA."""
+    pages = torch.randn(12, 16, 2, 32, dtype=torch.bfloat16, device=device)
+    cu_q, cu_k = cu([1, 2, 1], device), cu([20, 31, 5], device)
+
+    def step(seed):
+        torch.manual_seed(seed)
+        q = torch.randn(4, 4, 32, dtype=torch.bfloat16, device=device)
+        table = torch.randperm(12, dtype=torch.int32)[:6].view(3, 2).to(device)
+        return q, table, lambda: flash_attn_varlen_func(q, pages, pages, cu_q, cu_k, 2, 32, causal=True,
+                                                        block_table=table)
+
+    step(1)[2]()
+    hits = _paged_varlen_kvcache.hits
+    q, table, call = step(2)
+    from_plan = call()
+    assert _paged_varlen_kvcache.hits == hits + 1
+    _paged_varlen_kvcache._plans.clear()
+    assert torch.equal(from_plan, call())
+    assert _paged_varlen_kvcache.hits == hits + 1
+    table[1, 1] = -1  # sequence 1 reads 31 keys: both of its pages
+    if device == "cpu":
+        with pytest.raises(ValueError) as raised:
+            call()
+        assert raised.value.argument == "block_table", str(raised.value)
+    else:
+        out = call()
+        assert _paged_varlen_kvcache.hits == hits + 2
+        assert torch.isnan(out[1:3]).all() and not torch.isnan(out[0]).any() and not torch.isnan(out[3]).any()
+
+
+def test_copied_index_tensors_store_no_plan(device, kvcache_path_only, no_plans):
+    """cu_seqlens_q as a strided view is copied for the library: its parameters would point at the
+    copy, so no plan is kept (every such call takes the full path)."""
+    pages = torch.randn(4, 16, 2, 32, dtype=torch.bfloat16, device=device)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=device)
+    cu_q = torch.tensor([0, 9, 1, 9, 2], dtype=torch.int32, device=device)[::2]
+    q = torch.randn(2, 4, 32, dtype=torch.bfloat16, device=device)
+    first = flash_attn_varlen_func(q, pages, pages, cu_q, cu([20, 31], device), 1, 32, block_table=table)
+    assert len(_paged_varlen_kvcache._plans) == 0
+    second = flash_attn_varlen_func(q, pages, pages, cu_q.contiguous(), cu([20, 31], device), 1, 32,
+                                    block_table=table)
+    assert len(_paged_varlen_kvcache._plans) == 1 and torch.equal(first, second)
 
 
 def test_decode_step_is_flash_attn_with_kvcache(device, kvcache_path_only):
