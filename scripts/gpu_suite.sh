@@ -6,10 +6,11 @@
 #   bash scripts/gpu_suite.sh [libtileattn.so] [tests|tests-forward|tests-rest|tests-parallel|bench|all]
 # `tests` takes ~13 min in series, past one device call's limit: tests-forward (the pytest suite and
 # the forward steps, 413 s in session 51) and tests-rest (the backward and decode steps, 388 s) split
-# it in two calls, or tests-parallel runs both halves at once as two processes in one call (the
-# steps are small kernels and Python on a GPU that 16 host cores feed: predicted ~8 min), their
-# console output in $OUT/forward.console and $OUT/rest.console and their logs in
-# $OUT/forward/suite-logs.tgz and $OUT/rest/suite-logs.tgz.
+# it in two calls. tests-parallel runs both halves at once as two processes, their console output
+# in $OUT/forward.console and $OUT/rest.console and their logs in $OUT/forward/suite-logs.tgz and
+# $OUT/rest/suite-logs.tgz; on the H100 of session 53 it did not fit one call (each step ran 2-3x
+# slower beside the other half: the float64 references share the host's 16 cores), so it is for
+# machines with more cores or a longer call.
 # Every step has a time limit, so a kernel that hangs (a pipeline deadlock) fails its step and the
 # rest still runs; a step's log ends where it hung.
 set -u -o pipefail
