@@ -55,9 +55,11 @@ def store(key, params, lse):
 
 
 def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-        cache_leftpad, block_table, alibi_slopes, cu_seqlens_q=None):
+        cache_leftpad, block_table, alibi_slopes, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None):
     """(out, lse) from the plan of `key`, or None when the full path must run: no plan, a tracer
-    active, or q on a device other than the current one (the full path switches to it)."""
+    active, or q on a device other than the current one (the full path switches to it).
+    cache_seqlens is None where a paged varlen decode step gives its key lengths through
+    cu_seqlens_k and seqused_k (_paged_varlen_kvcache.py, which keeps its plans here too)."""
     global hits
     plan = _plans.get(key)
     if plan is None or traced():
@@ -65,15 +67,16 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     template, lse_like, on_cuda, workspace_bytes = plan
     if on_cuda and on_other_device(q):
         return None
-    if not isinstance(cache_seqlens, torch.Tensor):  # an int, as the full path takes it
+    if isinstance(cache_seqlens, int):  # as the full path takes it
         batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
     out = _ops._new_output(q)
     lse = _ops._new_output(lse_like)
     params = _ffi.KvCacheParams.from_buffer_copy(template)
     fill_call(params.fwd, on_cuda, q, k_cache, v_cache, out, lse, alibi_slopes)
-    params.cache_seqlens = cache_seqlens.data_ptr()
     # Optional tensors: the signature fixes which are present; absent ones stay 0 from the plan.
+    if cache_seqlens is not None:
+        params.cache_seqlens = cache_seqlens.data_ptr()
     if cache_batch_idx is not None:
         params.cache_batch_idx = cache_batch_idx.data_ptr()
     if cache_leftpad is not None:
@@ -86,6 +89,10 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
         params.rotary_cos, params.rotary_sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
     if cu_seqlens_q is not None:
         params.fwd.cu_seqlens_q = cu_seqlens_q.data_ptr()
+    if cu_seqlens_k is not None:
+        params.fwd.cu_seqlens_k = cu_seqlens_k.data_ptr()
+    if seqused_k is not None:
+        params.fwd.seqused_k = seqused_k.data_ptr()
     if not call_with_workspace(_plans, key, _ffi.library().forward_kvcache, params, on_cuda,
                                workspace_bytes, q):
         return None

@@ -52,20 +52,16 @@ def check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, device):
                    f"{max_seqlen_k} keys")
 
 
-def length_faults(keys, lengths, max_seqlen_k):
-    """(batch,) masks of the sequences with a key count outside [0, max_seqlen_k] and with a
-    seqused_k outside [0, keys] (`lengths` is seqused_k, else the key counts)."""
-    return (keys < 0) | (keys > max_seqlen_k), (lengths < 0) | (lengths > keys)
-
-
 def sequence_faults(keys, lengths, block_table, max_seqlen_k, num_blocks, page_size):
-    """The content rules of a paged call's keys: (length_faults' two masks and the (batch,) mask of
-    the sequences that read a block-table entry that is not a page), and the (batch, max_blocks)
+    """The content rules of a paged call's keys: ((batch,) masks of the sequences with a key count
+    outside [0, max_seqlen_k], with a seqused_k outside [0, keys] (`lengths` is seqused_k, else the
+    key counts), and that read a block-table entry that is not a page), and the (batch, max_blocks)
     mask of those entries.  Torch ops, no host read."""
     pages_read = (lengths.clamp(min=0) + page_size - 1) // page_size
     read = torch.arange(block_table.shape[1], device=block_table.device) < pages_read[:, None]
     bad_entry = read & ((block_table < 0) | (block_table >= num_blocks))
-    return length_faults(keys, lengths, max_seqlen_k) + (bad_entry.any(1),), bad_entry
+    bad_keys, bad_length = (keys < 0) | (keys > max_seqlen_k), (lengths < 0) | (lengths > keys)
+    return (bad_keys, bad_length, bad_entry.any(1)), bad_entry
 
 
 def raise_for_contents(check, faults, bad_entry, keys, lengths, block_table, max_seqlen_k, num_blocks):

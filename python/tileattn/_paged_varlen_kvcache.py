@@ -13,8 +13,9 @@ packed form, which aligns each sequence's rows to the bottom right of its keys a
 does) and the key lengths as the varlen call gives them: the library takes cu_seqlens_k,
 seqused_k and max_seqlen_k in place of cache_seqlens (include/tileattn/tileattn.h), so this path
 adds no torch op to the call.  A decode loop repeats one signature per layer and step: from its
-second call a signature runs from the parameters the first one stored (_plans.py's scheme, as
-flash_attn_with_kvcache's repeat calls do), skipping the varlen call's Python checks.
+second call a signature runs from the parameters the first one stored (_plans.py's scheme, in
+flash_attn_with_kvcache's store of plans, _kvcache_plan.py), skipping the varlen call's Python
+checks.
 
 Nothing is read on the host (CUDA-graph capturable, traced by torch.compile).  Bad contents are
 the library's to find: the CPU backend (and CUDA with TILEATTN_CHECK_CONTENTS=on) raises naming
@@ -28,11 +29,8 @@ import functools
 
 import torch
 
-from . import _ffi, _fwd_plan, _kvcache_ops, _ops
-from ._plans import Plans, call_with_workspace, empty_like_shape, fill_call, on_other_device, tensor_key, traced
-
-_plans = Plans()
-hits = 0  # calls served from a plan since import (tests check the fast path really ran)
+from . import _fwd_plan, _kvcache_ops, _kvcache_plan
+from ._plans import tensor_key
 
 # Query rows of one KV group (max_seqlen_q x nheads / nheads_k) up to which the kvcache kernels
 # take the call.  Up to 16 they are one tensor-core tile and K/V are read once: always ahead of
@@ -61,7 +59,7 @@ def attention(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out, _ = _kvcache_ops.call_kvcache_fwd(
         q, k, v, None, None, None, None, None, None, None, block_table, scale, window_left, window_right,
         softcap, False, alibi_slopes, 0, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k, max_seqlen_k,
-        on_success=None if plan is None else functools.partial(_store, plan))
+        on_success=None if plan is None else functools.partial(_kvcache_plan.store, plan))
     return out
 
 
@@ -85,31 +83,8 @@ def signature(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         return None
 
 
-def _store(key, params, lse):
-    _plans.store(key, (params, empty_like_shape(lse), params.fwd.device == _ffi.DEVICE_CUDA,
-                       params.workspace_bytes))
-
-
 def run(key, q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes):
-    """The output from the plan of `key`, or None when the full path must run (no plan, a tracer
-    active, q on a device other than the current one, a workspace the library now refuses)."""
-    global hits
-    plan = _plans.get(key)
-    if plan is None or traced():
-        return None
-    template, lse_like, on_cuda, workspace_bytes = plan
-    if on_cuda and on_other_device(q):
-        return None
-    out = _ops._new_output(q)
-    lse = _ops._new_output(lse_like)
-    params = _ffi.KvCacheParams.from_buffer_copy(template)
-    fill_call(params.fwd, on_cuda, q, k, v, out, lse, alibi_slopes)
-    params.block_table = block_table.data_ptr()
-    params.fwd.cu_seqlens_q, params.fwd.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
-    if seqused_k is not None:  # the signature fixes whether it is given
-        params.fwd.seqused_k = seqused_k.data_ptr()
-    if not call_with_workspace(_plans, key, _ffi.library().forward_kvcache, params, on_cuda,
-                               workspace_bytes, q):
-        return None
-    hits += 1
-    return out
+    """The output from the plan of `key` (_kvcache_plan.run), or None when the full path must run."""
+    outputs = _kvcache_plan.run(key, q, k, v, None, None, None, None, None, None, None, block_table, alibi_slopes,
+                                cu_seqlens_q, cu_seqlens_k, seqused_k)
+    return None if outputs is None else outputs[0]

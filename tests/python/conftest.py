@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tileattn
-from tileattn import _bwd_plan, _fwd_plan, _kvcache_plan, _ops, _paged_varlen_kvcache
+from tileattn import _bwd_plan, _fwd_plan, _kvcache_plan, _ops
 
 
 def _devices():
@@ -63,7 +63,7 @@ def no_plans():
     """No repeat-call plan before the test or after it (tileattn/_plans.py): the test's first
     call takes the full path, and leaves nothing behind for the next test."""
     def clear():
-        for module in (_fwd_plan, _bwd_plan, _kvcache_plan, _paged_varlen_kvcache):
+        for module in (_fwd_plan, _bwd_plan, _kvcache_plan):
             module._plans.clear()
     clear()
     yield

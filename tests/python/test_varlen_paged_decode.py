@@ -11,7 +11,8 @@ import attn_reference as ref
 from conftest import FLOOR, assert_fa_close, dtypes_for
 from test_varlen import cu
 from test_varlen_paged import paged_copy
-from tileattn import _paged_varlen, _paged_varlen_kvcache, flash_attn_varlen_func, flash_attn_with_kvcache
+from tileattn import (_kvcache_plan, _paged_varlen, _paged_varlen_kvcache, flash_attn_varlen_func,
+                      flash_attn_with_kvcache)
 
 
 @pytest.fixture
@@ -131,13 +132,13 @@ def test_repeated_decode_step_runs_from_its_plan(device, kvcache_path_only, no_p
                                                         block_table=table)
 
     step(1)[2]()
-    hits = _paged_varlen_kvcache.hits
+    hits = _kvcache_plan.hits
     q, table, call = step(2)
     from_plan = call()
-    assert _paged_varlen_kvcache.hits == hits + 1
-    _paged_varlen_kvcache._plans.clear()
+    assert _kvcache_plan.hits == hits + 1
+    _kvcache_plan._plans.clear()
     assert torch.equal(from_plan, call())
-    assert _paged_varlen_kvcache.hits == hits + 1
+    assert _kvcache_plan.hits == hits + 1
     table[1, 1] = -1  # sequence 1 reads 31 keys: both of its pages
     if device == "cpu":
         with pytest.raises(ValueError) as raised:
@@ -145,7 +146,7 @@ def test_repeated_decode_step_runs_from_its_plan(device, kvcache_path_only, no_p
         assert raised.value.argument == "block_table", str(raised.value)
     else:
         out = call()
-        assert _paged_varlen_kvcache.hits == hits + 2
+        assert _kvcache_plan.hits == hits + 2
         assert torch.isnan(out[1:3]).all() and not torch.isnan(out[0]).any() and not torch.isnan(out[3]).any()
 
 
@@ -157,10 +158,10 @@ def test_copied_index_tensors_store_no_plan(device, kvcache_path_only, no_plans)
     cu_q = torch.tensor([0, 9, 1, 9, 2], dtype=torch.int32, device=device)[::2]
     q = torch.randn(2, 4, 32, dtype=torch.bfloat16, device=device)
     first = flash_attn_varlen_func(q, pages, pages, cu_q, cu([20, 31], device), 1, 32, block_table=table)
-    assert len(_paged_varlen_kvcache._plans) == 0
+    assert len(_kvcache_plan._plans) == 0
     second = flash_attn_varlen_func(q, pages, pages, cu_q.contiguous(), cu([20, 31], device), 1, 32,
                                     block_table=table)
-    assert len(_paged_varlen_kvcache._plans) == 1 and torch.equal(first, second)
+    assert len(_kvcache_plan._plans) == 1 and torch.equal(first, second)
 
 
 def test_decode_step_is_flash_attn_with_kvcache(device, kvcache_path_only):
