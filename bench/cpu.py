@@ -7,9 +7,13 @@ bench/results/ with the machine, date and commit, and prints a table.
 
     python3 bench/cpu.py                       # the full sweep (B=1, H=8, D 64/128, S 1k-4k)
     python3 bench/cpu.py --seqlens 1024 --quick
+    python3 bench/cpu.py --impls tileattn tileattn-sgemm torch   # bf16 on AMX and on sgemm
+`tileattn-sgemm` is tileattn with TILEATTN_CPU_AMX=off: its bf16 products on float32 sgemm, as on
+CPUs without AMX-BF16 (on those, and for float32, it is the same as `tileattn`).
 """
 
 import argparse
+import contextlib
 import csv
 import datetime
 import os
@@ -34,9 +38,27 @@ def median_seconds(fn, repeats):
     return statistics.median(times)
 
 
+IMPLS = ("tileattn", "tileattn-sgemm", "torch")
+
+
+@contextlib.contextmanager
+def products_of(impl):
+    """TILEATTN_CPU_AMX=off while `tileattn-sgemm` is measured; the caller's setting otherwise."""
+    saved = os.environ.get("TILEATTN_CPU_AMX")
+    if impl == "tileattn-sgemm":
+        os.environ["TILEATTN_CPU_AMX"] = "off"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TILEATTN_CPU_AMX", None)
+        else:
+            os.environ["TILEATTN_CPU_AMX"] = saved
+
+
 def measure(impl, q, k, v, dout, causal, repeats):
-    """(forward seconds, backward seconds) for impl in {'tileattn', 'torch'}."""
-    if impl == "tileattn":
+    """(forward seconds, backward seconds) for impl in IMPLS."""
+    if impl.startswith("tileattn"):
         def forward():
             return tileattn.flash_attn_func(q, k, v, causal=causal)
     else:
@@ -53,8 +75,9 @@ def measure(impl, q, k, v, dout, causal, repeats):
         q.grad = k.grad = v.grad = None
         forward().backward(dout)
 
-    t_fwd = median_seconds(forward_only, repeats)
-    t_both = median_seconds(forward_backward, repeats)
+    with products_of(impl):
+        t_fwd = median_seconds(forward_only, repeats)
+        t_both = median_seconds(forward_backward, repeats)
     return t_fwd, max(t_both - t_fwd, 1e-9)
 
 
@@ -84,6 +107,7 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=["tileattn", "torch"])
     parser.add_argument("--out", default=None, help="CSV path (default bench/results/cpu-<date>.csv)")
     args = parser.parse_args()
 
@@ -95,8 +119,10 @@ def main():
     out_path = args.out or os.path.join(os.path.dirname(__file__), "results", f"cpu-{date}.csv")
     rows = []
     print(f"# {machine}, torch {torch.__version__}, commit {commit}, {date}")
-    print(f"{'dtype':>9} {'D':>4} {'S':>5} {'causal':>6} | {'fwd GFLOP/s':>21} | {'bwd GFLOP/s':>21}")
-    print(f"{'':>9} {'':>4} {'':>5} {'':>6} | {'tileattn':>10} {'torch':>10} | {'tileattn':>10} {'torch':>10}")
+    width = 15 * len(args.impls) - 1
+    names = " ".join(f"{impl:>14}" for impl in args.impls)
+    print(f"{'dtype':>9} {'D':>4} {'S':>5} {'causal':>6} | {'fwd GFLOP/s':>{width}} | {'bwd GFLOP/s':>{width}}")
+    print(f"{'':>9} {'':>4} {'':>5} {'':>6} | {names} | {names}")
     for dtype_name in args.dtypes:
         dtype = getattr(torch, dtype_name)
         for d in args.headdims:
@@ -108,7 +134,7 @@ def main():
                     dout = torch.randn(shape, dtype=dtype)
                     flops = 4 * args.batch * args.heads * s * s * d / (2 if causal else 1)
                     result = {}
-                    for impl in ("tileattn", "torch"):
+                    for impl in args.impls:
                         t_fwd, t_bwd = measure(impl, q, k, v, dout, causal, args.repeats)
                         result[impl] = (flops / t_fwd / 1e9, 2.5 * flops / t_bwd / 1e9)
                         rows.append(dict(machine=machine, date=date, commit=commit,
@@ -117,9 +143,9 @@ def main():
                                          headdim=d, seqlen=s, causal=causal,
                                          fwd_ms=t_fwd * 1e3, bwd_ms=t_bwd * 1e3,
                                          fwd_gflops=result[impl][0], bwd_gflops=result[impl][1]))
-                    print(f"{dtype_name:>9} {d:>4} {s:>5} {str(causal):>6} | "
-                          f"{result['tileattn'][0]:>10.1f} {result['torch'][0]:>10.1f} | "
-                          f"{result['tileattn'][1]:>10.1f} {result['torch'][1]:>10.1f}", flush=True)
+                    fwd = " ".join(f"{result[impl][0]:>14.1f}" for impl in args.impls)
+                    bwd = " ".join(f"{result[impl][1]:>14.1f}" for impl in args.impls)
+                    print(f"{dtype_name:>9} {d:>4} {s:>5} {str(causal):>6} | {fwd} | {bwd}", flush=True)
     write_rows(rows, out_path)
 
 

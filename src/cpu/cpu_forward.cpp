@@ -1,17 +1,20 @@
 // The CPU forward: FlashAttention-2's Algorithm 1 on float32 tiles.  One task owns one query tile
 // of one (batch, head) and sweeps the key tiles it can see, keeping only kFwdBlockM x kFwdBlockN scores
-// alive at a time; no seqlen^2 buffer exists.
+// alive at a time; no seqlen^2 buffer exists.  The two products run on sgemm, or for bfloat16 on a
+// CPU with AMX on its bf16 tiles (P rounded to bf16 for P V, as the GPU kernels do).
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "api/backends.h"
+#include "cpu/amx_bf16.h"
 #include "cpu/dropout.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/float32_copy.h"
 #include "cpu/gemm.h"
 #include "cpu/online_softmax.h"
+#include "cpu/packed_key_tiles.h"
 #include "cpu/parallel.h"
 #include "cpu/score_tile.h"
 #include "cpu/tile_io.h"
@@ -24,10 +27,18 @@ namespace {
 struct ForwardScratch {
   std::vector<float> q, k, v, scores, out;  // q, k, v hold converted tiles (not float32)
   std::vector<RowSoftmax> rows;
+  int out_ld;                              // out's row length: D rounded up to AMX's 16 columns
+  std::vector<uint16_t> q_packed, p_packed;  // the AMX path's A operands (bf16)
 
-  explicit ForwardScratch(int dim)
+  ForwardScratch(int dim, const PackedKeyTiles* packed)
       : q(kFwdBlockM * dim), k(kFwdBlockN * dim), v(kFwdBlockN * dim), scores(kFwdBlockM * kFwdBlockN),
-        out(kFwdBlockM * dim), rows(kFwdBlockM) {}
+        rows(kFwdBlockM), out_ld(amx::round_up(dim, amx::kColsPerTile)) {
+    out.resize(kFwdBlockM * out_ld);
+    if (packed != nullptr) {
+      q_packed.resize(kFwdBlockM * packed->depth());
+      p_packed.resize(kFwdBlockM * kFwdBlockN);
+    }
+  }
 };
 
 struct QueryTile {
@@ -35,26 +46,47 @@ struct QueryTile {
 };
 
 // q, k and v as rows to read: float32 (copies of bfloat16/float16 inputs, made once), or k and v
-// in their own dtype (kv_dtype), converted tile by tile as they are read.
+// in their own dtype (kv_dtype), converted tile by tile as they are read; or, on the AMX path,
+// k and v packed once as bf16 tiles (then k and v are unused).
 struct Inputs {
   Float32Rows q, k, v;
   tileattn_dtype kv_dtype = TILEATTN_FLOAT32;
+  const PackedKeyTiles* packed = nullptr;
 };
 
 StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_side) {
   return StridedRows{data, b, r, h, key_side};
 }
 
+// S = Q K^T for key columns col0 .. col0 + cols - 1 into w.scores (ld kFwdBlockN): on AMX from the
+// packed Q tile and the packed key tile (col0 a multiple of kFwdBlockN there), else by sgemm.
+void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& tile, int head_k, int rows,
+                    int col0, int cols, int dim, const Matrix& q_tile, ForwardScratch& w) {
+  if (in.packed != nullptr) {
+    const int depth = in.packed->depth();
+    amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), depth,
+                 {w.q_packed.data(), depth}, {in.packed->k_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * kFwdBlockN},
+                 w.scores.data(), kFwdBlockN, false);
+    return;
+  }
+  const Matrix k_tile = tile_operand(in.kv_dtype, in.k.rows, seq, col0, cols, head_k, dim, w.k.data());
+  gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kFwdBlockN);
+}
+
+// The first key column a query tile's sweep starts at.  Packed key tiles start at multiples of
+// kFwdBlockN, so the AMX path starts at the tile holding the first visible key (the keys before
+// it are masked like any invisible key).
+int first_column(const Inputs& in, const KeySpan& span) {
+  return in.packed != nullptr ? span.first - span.first % kFwdBlockN : span.first;
+}
+
 // attn_probs for one finished query tile: P = 2^(t - lse * log2 e), dropped entries negated.
-void write_probs(const ForwardParams& p, const ScoreRule& rule, const KeySpan& span,
+void write_probs(const ForwardParams& p, const Inputs& in, const ScoreRule& rule, const KeySpan& span,
                  const DropoutRule& dropout, const QueryTile& tile, int rows, const Matrix& q_tile,
-                 const StridedRows& k, tileattn_dtype kv_dtype, const SequenceView& seq, int head_k,
-                 ForwardScratch& w) {
-  const int dim = p.head_dim;
-  for (int col0 = span.first; col0 <= span.last; col0 += kFwdBlockN) {
+                 const SequenceView& seq, int head_k, ForwardScratch& w) {
+  for (int col0 = first_column(in, span); span.first <= span.last && col0 <= span.last; col0 += kFwdBlockN) {
     const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
-    const Matrix k_tile = tile_operand(kv_dtype, k, seq, col0, cols, head_k, dim, w.k.data());
-    gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kFwdBlockN);
+    score_products(in, seq, tile, head_k, rows, col0, cols, p.head_dim, q_tile, w);
     finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols, true, nullptr);
     for (int r = 0; r < rows; ++r) {
       float* prob = w.scores.data() + r * kFwdBlockN;
@@ -73,49 +105,69 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   const int rows = std::min(kFwdBlockM, seq.seqlen_q - tile.row0);
   const int head_k = tile.head / (p.num_heads / p.num_heads_k);
   const StridedRows& q = in.q.rows;
-  const StridedRows& k = in.k.rows;
-  const StridedRows& v = in.v.rows;
   const ScoreRule rule = make_score_rule(p, seq, tile.batch_index, tile.head);
   const DropoutRule dropout = DropoutRule::make(p, tile.batch_index, tile.head);
+  const PackedKeyTiles* packed = in.packed;
 
   const Matrix q_tile = tile_operand(TILEATTN_FLOAT32, q, seq, tile.row0, rows, tile.head, dim, w.q.data());
+  // AMX tiles are 16 rows: the padding rows of Q are zeros, so those of S and O stay finite.
+  const int rows_padded = amx::round_up(rows, amx::kRowsPerTile);
+  // P is packed straight from the exp2 pass, into rows kFwdBlockN apart, unless dropout must
+  // change it in float32 first; its padding rows are zeroed here, once.
+  const bool fused_exp2 = packed != nullptr && !dropout.enabled;
+  if (packed != nullptr) {
+    amx::pack_rows(q_tile.data, q_tile.ld, rows, dim, rows_padded, packed->depth(), w.q_packed.data(), packed->depth());
+    std::fill(w.p_packed.begin() + rows * kFwdBlockN, w.p_packed.begin() + rows_padded * kFwdBlockN, uint16_t{0});
+  }
   std::fill(w.out.begin(), w.out.end(), 0.0f);
   std::fill(w.rows.begin(), w.rows.end(), RowSoftmax{});
 
   const KeySpan span = key_span(rule, tile.row0, rows);
-  for (int col0 = span.first; col0 <= span.last; col0 += kFwdBlockN) {
+  for (int col0 = first_column(in, span); span.first <= span.last && col0 <= span.last; col0 += kFwdBlockN) {
     const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
-    const Matrix k_tile = tile_operand(in.kv_dtype, k, seq, col0, cols, head_k, dim, w.k.data());
-    const Matrix v_tile = tile_operand(in.kv_dtype, v, seq, col0, cols, head_k, dim, w.v.data());
 
     // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.
-    gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kFwdBlockN);
+    score_products(in, seq, tile, head_k, rows, col0, cols, dim, q_tile, w);
     finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols,
                   !tile_is_clean(span, col0, cols), nullptr);
 
     // m_new = max(m, rowmax(t));  P = 2^(t - m_new);  l = 2^(m - m_new) l + rowsum(P);
     // O = 2^(m - m_new) O  (the division by l is deferred to the end).
+    // On AMX, P's columns past `cols` are packed as zeros: the V rows they meet may be real keys.
+    const int depth = amx::round_up(cols, amx::kDepthPerStep);
     for (int r = 0; r < rows; ++r) {
       float* t = w.scores.data() + r * kFwdBlockN;
       float rescale;
       const float base = w.rows[r].update_max(row_max(t, cols), &rescale);
-      w.rows[r].sum += exp2_shifted_sum(t, base, cols, t);
-      if (rescale != 1.0f) scale_row(w.out.data() + r * dim, rescale, dim);
+      if (fused_exp2) {
+        w.rows[r].sum += amx::exp2_row_to_bf16(t, base, cols, depth, w.p_packed.data() + r * kFwdBlockN);
+      } else {
+        w.rows[r].sum += exp2_shifted_sum(t, base, cols, t);
+      }
+      if (rescale != 1.0f) scale_row(w.out.data() + r * w.out_ld, rescale, dim);
       if (dropout.enabled) dropout.apply_row(t, tile.row0 + r, col0, cols, false);
     }
     // O += P V
-    gemm_nn(rows, dim, cols, Matrix{w.scores.data(), kFwdBlockN}, v_tile, 1.0f, w.out.data(), dim);
+    if (packed != nullptr) {
+      if (!fused_exp2) amx::pack_rows(w.scores.data(), kFwdBlockN, rows, cols, rows_padded, depth, w.p_packed.data(), kFwdBlockN);
+      amx::product(rows_padded, packed->columns(), depth, {w.p_packed.data(), kFwdBlockN},
+                   {packed->v_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * packed->columns()},
+                   w.out.data(), w.out_ld, true);
+    } else {
+      const Matrix v_tile = tile_operand(in.kv_dtype, in.v.rows, seq, col0, cols, head_k, dim, w.v.data());
+      gemm_nn(rows, dim, cols, Matrix{w.scores.data(), kFwdBlockN}, v_tile, 1.0f, w.out.data(), w.out_ld);
+    }
   }
 
   // O = O / l, LSE = m + log l: the one final rescale.
   for (int r = 0; r < rows; ++r) {
-    scale_row(w.out.data() + r * dim, w.rows[r].output_scale(), dim);
+    scale_row(w.out.data() + r * w.out_ld, w.rows[r].output_scale(), dim);
     p.softmax_lse[lse_offset(p, seq, tile.row0 + r, tile.head)] = w.rows[r].lse();
   }
-  store_tile(p.dtype, w.out.data(), rows, dim, p.out,
+  store_tile(p.dtype, w.out.data(), w.out_ld, rows, dim, p.out,
              rows_of(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, false), seq,
              tile.row0, tile.head);
-  if (p.attn_probs != nullptr) write_probs(p, rule, span, dropout, tile, rows, q_tile, k, in.kv_dtype, seq, head_k, w);
+  if (p.attn_probs != nullptr) write_probs(p, in, rule, span, dropout, tile, rows, q_tile, seq, head_k, w);
 }
 
 // Zeroes attn_probs so entries no tile writes (masked, past a sequence's end) read 0.
@@ -148,7 +200,7 @@ void run_tiles(const ForwardParams& p, const Inputs& in) {
   const std::vector<QueryTile> tiles = query_tiles(p);
   parallel_tasks<ForwardScratch>(
       static_cast<int64_t>(tiles.size()), p.num_threads,
-      [&] { return ForwardScratch(p.head_dim); },
+      [&] { return ForwardScratch(p.head_dim, in.packed); },
       [&](int64_t task, ForwardScratch& w) { forward_tile(p, in, tiles[task], w); });
 }
 
@@ -168,6 +220,15 @@ void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, cons
 void cpu_forward(const ForwardParams& p) {
   using namespace cpu;
   if (p.attn_probs != nullptr) clear_probs(p);
+  // bf16 products on AMX where the CPU has it.
+  if (p.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
+    const PackedKeyTiles packed(p, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true},
+                                StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true});
+    Inputs in{float32_operand(p, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false), {}, {}};
+    in.packed = &packed;
+    run_tiles(p, in);
+    return;
+  }
   const Inputs in{
       float32_operand(p, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
       float32_operand(p, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true),

@@ -75,11 +75,11 @@ inline Matrix tile_operand(tileattn_dtype dtype, const StridedRows& src, const S
   return Matrix{static_cast<const float*>(src.data) + src.offset(s, row0, head), src.row_stride};
 }
 
-// Rows of a tensor we write.
-inline void store_tile(tileattn_dtype dtype, const float* src, int rows, int dim, void* data,
+// Rows of a tensor we write, from src rows src_ld floats apart.
+inline void store_tile(tileattn_dtype dtype, const float* src, int src_ld, int rows, int dim, void* data,
                        const StridedRows& layout, const SequenceView& s, int row0, int head) {
   for (int r = 0; r < rows; ++r) {
-    store_row(dtype, src + static_cast<int64_t>(r) * dim, dim, data, layout.offset(s, row0 + r, head));
+    store_row(dtype, src + static_cast<int64_t>(r) * src_ld, dim, data, layout.offset(s, row0 + r, head));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "cpu/convert.h"
+#include "cpu/exp2_poly.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TILEATTN_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -20,9 +21,8 @@
 namespace tileattn::cpu {
 namespace {
 
-// 2^x for x <= 128: x = n + f with n = round(x), |f| <= 1/2, then 2^f by its Taylor series in
-// f*ln2 to degree 7.  The first dropped term is (ln2/2)^8 / 8! = 5e-9, below float's 6e-8 ulp.
-// Written as straight-line float code so the compiler vectorizes the loops that call it.
+// 2^x for x <= 128 (kExp2Poly: the polynomial and its error).  Written as straight-line float
+// code so the compiler vectorizes the loops that call it.
 inline float exp2_approx(float x) {
   // NaN goes to -127 here (the comparison is false), so no NaN reaches the float -> int conversion
   // below, which C++ leaves undefined for it (UBSan); the NaN comes back at the return.
@@ -31,14 +31,8 @@ inline float exp2_approx(float x) {
   const float magic = 12582912.0f;
   const float n = (clamped + magic) - magic;
   const float f = clamped - n;
-  float p = 1.5252733804e-5f;
-  p = p * f + 1.5403530393e-4f;
-  p = p * f + 1.3333558146e-3f;
-  p = p * f + 9.6181291076e-3f;
-  p = p * f + 5.5504108665e-2f;
-  p = p * f + 2.4022650696e-1f;
-  p = p * f + 6.9314718056e-1f;
-  p = p * f + 1.0f;
+  float p = kExp2Poly[0];
+  for (int i = 1; i < 8; ++i) p = p * f + kExp2Poly[i];
   const uint32_t biased = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
   float two_n;
   std::memcpy(&two_n, &biased, sizeof(two_n));

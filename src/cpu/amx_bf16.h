@@ -1,0 +1,65 @@
+// bfloat16 tile products on Intel AMX (Sapphire Rapids and later), for the CPU backend's bf16 calls.
+// OpenBLAS has no bf16 product in Debian's build, so without AMX bf16 tiles are converted to
+// float32 for sgemm; torch's CPU SDPA runs its bf16 products on AMX through oneDNN and was 3.5-5x
+// faster than that path on a 2-core Sapphire Rapids host (docs/perf-log.md, session 53).  One
+// `tdpbf16ps` multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16 float32 sums, exactly
+// (products of bf16 are exact in float32; the sums round as float32 additions do).
+//
+// Operands, both bf16 and zero-padded, as the instruction reads them:
+//   A (m x depth): rows of `ld` elements, m a multiple of 16, depth of 32;
+//   B (depth x n): "pairs" layout, element (k, n) at data[(k / 2) * ld + 2 * n + k % 2], so that one
+//   64-byte tile row holds 16 columns of two consecutive depth rows; n a multiple of 16.
+// Chosen at run time: the CPU must have AMX-BF16 and the OS must grant the tile state
+// (arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16); TILEATTN_CPU_AMX=off forces the sgemm path and
+// =on raises where AMX is missing, so tests can run both paths on one host.
+#pragma once
+
+#include <cstdint>
+
+namespace tileattn::cpu::amx {
+
+constexpr int kRowsPerTile = 16;   // rows of an A or C tile
+constexpr int kDepthPerStep = 32;  // bf16 depth of one tdpbf16ps (64 bytes a row)
+constexpr int kColsPerTile = 16;   // float32 columns of a C tile
+
+inline int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+// True when the bf16 products of this call should run on AMX (reads TILEATTN_CPU_AMX each call;
+// raises naming it when it is "on" and the CPU or OS offers no AMX-BF16).
+bool enabled();
+
+struct RowsOperand {
+  const uint16_t* data;
+  int ld;  // elements from one row to the next
+};
+
+struct PairsOperand {
+  const uint16_t* data;
+  int ld;  // elements from one depth pair to the next: at least 2 n
+};
+
+// C (m x n float32, rows ldc apart) = A B, or C + A B with `accumulate`.  m and n multiples of 16,
+// depth of 32, and C must have room for them.
+void product(int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c, int ldc, bool accumulate);
+
+// dst (rows_padded x depth_padded, rows dst_ld apart) <- src (rows x depth float32, ld src_ld)
+// rounded to bf16 (nearest even; subnormal floats, below 1.2e-38, become 0: VCVTNEPS2BF16 treats
+// them so), zeros elsewhere.
+void pack_rows(const float* src, int src_ld, int rows, int depth, int rows_padded, int depth_padded, uint16_t* dst,
+               int dst_ld);
+
+// P's row for O += P V: y[i] = bf16(2^(x[i] - shift)) for i < count, zeros up to `padded`; returns
+// the sum of the unrounded powers (the softmax's l).  The same 2^x as exp2_shifted_sum: 0 below
+// -126, NaN kept (so a NaN score still reaches l).
+float exp2_row_to_bf16(const float* x, float shift, int count, int padded, uint16_t* y);
+
+// B = M^T from M (cols x depth float32, ld src_ld; S = Q K^T reads K so), in pairs layout with
+// ld = 2 cols_padded: depth_padded / 2 pair rows, zeros past `cols` and `depth`.
+void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, int cols_padded, int depth_padded,
+                           uint16_t* dst);
+
+// B = M from M (depth x cols float32, ld src_ld; O += P V reads V so), in pairs layout with
+// ld = 2 cols_padded: depth_padded / 2 pair rows, zeros past `cols` and `depth`.
+void pack_pairs(const float* src, int src_ld, int depth, int cols, int depth_padded, int cols_padded, uint16_t* dst);
+
+}  // namespace tileattn::cpu::amx

@@ -1,0 +1,181 @@
+// The AMX bf16 products and their packing (cpu/amx_bf16.*) against float64 sums of the same
+// bf16-rounded operands, at sizes that leave partial tiles in every dimension, for both B layouts
+// the forward and backward use (M^T for S = Q K^T, M for O += P V), with and without accumulating
+// into C.  Skipped on CPUs without AMX-BF16; the TILEATTN_CPU_AMX switch is checked everywhere.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cpu/amx_bf16.h"
+#include "cpu/convert.h"
+#include "cpu/vector_math.h"
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn::cpu {
+namespace {
+
+using amx::round_up;
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+std::vector<float> random_floats(size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  std::vector<float> values(count);
+  for (float& v : values) v = normal(rng);
+  return values;
+}
+
+double rounded(float x) { return bf16_to_float(float_to_bf16(x)); }
+
+struct Shape {
+  int m, n, depth;
+};
+
+// C = [C0 +] A B^(T), A (m x depth), B from `b_rows` (n x depth when transposed, else depth x n).
+void check_product(const Shape& s, bool transposed, bool accumulate, std::mt19937& rng) {
+  const int m_pad = round_up(s.m, amx::kRowsPerTile), n_pad = round_up(s.n, amx::kColsPerTile);
+  const int depth_pad = round_up(s.depth, amx::kDepthPerStep);
+  const int a_ld = s.depth + 3, b_ld = (transposed ? s.depth : s.n) + 5;  // not the packed widths
+  const std::vector<float> a = random_floats(static_cast<size_t>(s.m) * a_ld, rng);
+  const std::vector<float> b = random_floats(static_cast<size_t>(transposed ? s.n : s.depth) * b_ld, rng);
+  auto b_at = [&](int k, int j) { return transposed ? b[static_cast<size_t>(j) * b_ld + k] : b[static_cast<size_t>(k) * b_ld + j]; };
+
+  std::vector<uint16_t> a_packed(static_cast<size_t>(m_pad) * depth_pad, 0xFFFF);  // NaN until packed
+  std::vector<uint16_t> b_packed(static_cast<size_t>(depth_pad) * n_pad, 0xFFFF);
+  amx::pack_rows(a.data(), a_ld, s.m, s.depth, m_pad, depth_pad, a_packed.data(), depth_pad);
+  if (transposed) {
+    amx::pack_pairs_transposed(b.data(), b_ld, s.n, s.depth, n_pad, depth_pad, b_packed.data());
+  } else {
+    amx::pack_pairs(b.data(), b_ld, s.depth, s.n, depth_pad, n_pad, b_packed.data());
+  }
+  const int ldc = n_pad + 16;
+  std::vector<float> c = random_floats(static_cast<size_t>(m_pad) * ldc, rng);
+  const std::vector<float> c0 = c;
+  amx::product(m_pad, n_pad, depth_pad, {a_packed.data(), depth_pad}, {b_packed.data(), 2 * n_pad}, c.data(), ldc,
+               accumulate);
+
+  for (int i = 0; i < m_pad; ++i) {
+    for (int j = 0; j < ldc; ++j) {
+      const size_t at = static_cast<size_t>(i) * ldc + j;
+      if (j >= n_pad) {
+        ASSERT_EQ(c[at], c0[at]) << "wrote past n at (" << i << ", " << j << ")";
+        continue;
+      }
+      double want = accumulate ? c0[at] : 0.0, magnitude = std::fabs(want);
+      if (i < s.m && j < s.n) {
+        for (int k = 0; k < s.depth; ++k) {
+          const double term = rounded(a[static_cast<size_t>(i) * a_ld + k]) * rounded(b_at(k, j));
+          want += term;
+          magnitude += std::fabs(term);
+        }
+      }
+      // float32 sums of exact products: at most depth roundings of the running sum.
+      const double tolerance = (s.depth + 2) * 0x1p-24 * magnitude + 1e-30;
+      ASSERT_NEAR(c[at], want, tolerance) << "m " << s.m << " n " << s.n << " depth " << s.depth << " at (" << i
+                                          << ", " << j << ")" << (transposed ? " transposed" : "");
+    }
+  }
+}
+
+TEST(AmxProducts, MatchFloat64SumsOfBf16Operands) {
+  if (!amx::enabled()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
+  std::mt19937 rng(20261205);
+  for (const Shape& s : {Shape{1, 1, 1}, Shape{16, 16, 32}, Shape{17, 33, 47}, Shape{256, 128, 128},
+                         Shape{200, 72, 72}, Shape{31, 256, 256}, Shape{48, 16, 200}}) {
+    for (bool transposed : {true, false}) {
+      for (bool accumulate : {false, true}) check_product(s, transposed, accumulate, rng);
+    }
+  }
+}
+
+TEST(AmxProducts, PackingZeroesThePadding) {
+  // Padding must be 0, not just finite: the padded P columns meet V rows that hold real keys.
+  const float nan = std::nanf("");
+  std::vector<float> src(4 * 4, nan);
+  std::vector<uint16_t> out(64 * 32, 0x7FC0);
+  amx::pack_rows(src.data(), 4, 0, 4, 16, 32, out.data(), 32);
+  for (uint16_t v : std::vector<uint16_t>(out.begin(), out.begin() + 16 * 32)) ASSERT_EQ(v, 0);
+  amx::pack_pairs(src.data(), 4, 3, 2, 32, 16, out.data());
+  for (int t = 0; t < 16; ++t) {
+    for (int e = 0; e < 32; ++e) {
+      const uint16_t v = out[t * 32 + e];
+      const bool real = t < 2 && e < 4 && (t * 2 + e % 2) < 3;
+      ASSERT_EQ(v != 0, real) << "pair row " << t << " element " << e;
+    }
+  }
+}
+
+TEST(AmxProducts, Exp2RowMatchesTheGenericExp2) {
+  // P for the AMX path (AVX-512, FMA) against exp2_shifted_sum (the generic loops) rounded to
+  // bf16: within one bf16 step (the two round differently in float's last bit), the same sum to
+  // float rounding, 0 for -inf and below -126, NaN kept, zeros in the padding.
+  if (!amx::enabled()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> spread(-140.0f, 3.0f);
+  for (int count : {1, 15, 16, 17, 100, 128}) {
+    std::vector<float> x(count), generic(count);
+    for (float& v : x) v = spread(rng);
+    x[0] = -std::numeric_limits<float>::infinity();
+    if (count > 2) x[count / 2] = std::nanf("");
+    const int padded = round_up(count, amx::kDepthPerStep);
+    std::vector<uint16_t> packed(padded, 0x7FC0);
+    const float shift = 0.75f;
+    const float sum = amx::exp2_row_to_bf16(x.data(), shift, count, padded, packed.data());
+    const float generic_sum = exp2_shifted_sum(x.data(), shift, count, generic.data());
+    if (count > 2) {
+      EXPECT_TRUE(std::isnan(sum));
+    } else {
+      EXPECT_NEAR(sum, generic_sum, 1e-6 * std::fabs(generic_sum));
+    }
+    for (int i = 0; i < padded; ++i) {
+      if (i >= count) {
+        ASSERT_EQ(packed[i], 0) << "padding at " << i;
+      } else if (std::isnan(generic[i])) {
+        ASSERT_TRUE(std::isnan(bf16_to_float(packed[i]))) << "NaN lost at " << i;
+      } else if (generic[i] == 0.0f) {
+        ASSERT_EQ(packed[i], 0) << "x " << x[i];
+      } else {
+        const int step = std::abs(static_cast<int>(packed[i]) - static_cast<int>(float_to_bf16(generic[i])));
+        ASSERT_LE(step, 1) << "x " << x[i] << ": " << bf16_to_float(packed[i]) << " vs " << generic[i];
+      }
+    }
+  }
+}
+
+TEST(AmxProducts, SwitchReadsTheEnvironment) {
+  {
+    ScopedEnv off("TILEATTN_CPU_AMX", "off");
+    EXPECT_FALSE(amx::enabled());
+  }
+  {
+    ScopedEnv bad("TILEATTN_CPU_AMX", "yes");
+    EXPECT_THROW(amx::enabled(), Error);
+  }
+  const bool present = amx::enabled();
+  ScopedEnv on("TILEATTN_CPU_AMX", "on");
+  if (present) {
+    EXPECT_TRUE(amx::enabled());
+  } else {
+    try {
+      amx::enabled();
+      FAIL() << "TILEATTN_CPU_AMX=on without AMX did not raise";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "TILEATTN_CPU_AMX");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tileattn::cpu

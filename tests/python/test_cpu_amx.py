@@ -1,0 +1,61 @@
+"""The CPU backend's bfloat16 tile products on AMX (src/cpu/amx_bf16.*), chosen on every call by
+TILEATTN_CPU_AMX (auto: AMX where the CPU and OS offer it; off: sgemm on float32 copies; on: AMX or
+an error).  The rest of the suite runs bf16 CPU calls on the path the host takes, and
+scripts/test.sh runs the core numeric files again with it off, so an AMX host tests both.  Here:
+both paths against float64 with the tiles' padding exercised in every dimension (rows, head dims
+that are not multiples of 16 or 32, key spans that start inside a key tile), `on` giving the
+same bits as `auto`, and the switch's errors."""
+
+import pytest
+import torch
+
+import tileattn
+from test_attention import MASKS, run_and_compare
+from tileattn import flash_attn_func
+
+
+def _amx_present():
+    x = torch.zeros(1, 1, 1, 16, dtype=torch.bfloat16)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TILEATTN_CPU_AMX", "on")
+        try:
+            flash_attn_func(x, x, x)
+        except tileattn.TileattnError as error:
+            assert error.argument == "TILEATTN_CPU_AMX"
+            return False
+    return True
+
+
+AMX = _amx_present()
+SHAPES = [(1, 1, 1, 1, 1, 8), (2, 17, 127, 4, 2, 64), (1, 300, 1000, 7, 1, 72), (1, 1000, 333, 2, 2, 256)]
+
+
+@pytest.mark.parametrize("path", ["off", "on"])
+@pytest.mark.parametrize("mask", ["none", "window", "causal_window"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_both_product_paths_hold_the_rule(monkeypatch, path, mask, shape):
+    if path == "on" and not AMX:
+        pytest.skip("this CPU or OS offers no AMX-BF16")
+    monkeypatch.setenv("TILEATTN_CPU_AMX", path)
+    causal, window = MASKS[mask]
+    run_and_compare("cpu", torch.bfloat16, shape, causal=causal, window_size=window)
+
+
+def test_on_gives_the_bits_of_auto_or_raises(monkeypatch):
+    q, k, v = (torch.randn(2, 200, 4, 64, dtype=torch.bfloat16) for _ in range(3))
+    auto = flash_attn_func(q, k, v, causal=True)
+    monkeypatch.setenv("TILEATTN_CPU_AMX", "on")
+    if AMX:
+        assert torch.equal(flash_attn_func(q, k, v, causal=True), auto)
+    else:
+        with pytest.raises(tileattn.TileattnError) as raised:
+            flash_attn_func(q, k, v, causal=True)
+        assert raised.value.argument == "TILEATTN_CPU_AMX"
+
+
+def test_unknown_value_is_an_error(monkeypatch):
+    monkeypatch.setenv("TILEATTN_CPU_AMX", "yes")
+    x = torch.randn(1, 8, 1, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError) as raised:
+        flash_attn_func(x, x, x)
+    assert raised.value.argument == "TILEATTN_CPU_AMX"
