@@ -1,30 +1,13 @@
 #include "cpu/amx_bf16.h"
 
-#include <algorithm>
-#include <cstring>
-
 #include "common/env_choice.h"
-#include "cpu/convert.h"
-#include "cpu/exp2_poly.h"
-#include "cpu/vector_math.h"
+#include "cpu/amx_target.h"
 #include "tileattn/tileattn.hpp"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-#define TILEATTN_AMX_BUILT 1
+#if TILEATTN_AMX_BUILT
 #include <cpuid.h>
-// GCC 12's AVX-512 headers build their "undefined" vectors from an uninitialized variable, which
-// -Wall reports at every masked intrinsic this file uses; nothing here reads one.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-// Every function below that runs only where enabled() is true may use AVX-512 too: every CPU with
-// AMX-BF16 has it (checked anyway in hardware_ready).
-#define TILEATTN_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
-#else
-#define TILEATTN_AMX_BUILT 0
-#define TILEATTN_AMX_TARGET
 #endif
 
 namespace tileattn::cpu::amx {
@@ -148,104 +131,5 @@ void product(int, int, int, const RowsOperand&, const PairsOperand&, float*, int
   throw Error(ErrorCode::kInternal, "", "AMX product called in a build without AMX support");
 }
 #endif
-
-#if TILEATTN_AMX_BUILT
-namespace {
-
-// 16 floats to bf16 (VCVTNEPS2BF16: nearest even, NaN stays NaN, subnormals to 0), of which the
-// lanes past `count` are stored as zeros; count <= 16.
-TILEATTN_AMX_TARGET inline void store_bf16(__m512 values, int count, uint16_t* dst) {
-  const __mmask16 live = count >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
-  const __m256i bits = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_mov_ps(live, values));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), bits);
-}
-
-TILEATTN_AMX_TARGET void row_to_bf16(const float* src, int count, int padded, uint16_t* dst) {
-  for (int i = 0; i < padded; i += 16) {
-    const int live = std::max(0, std::min(16, count - i));
-    const __mmask16 mask = live >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << live) - 1);
-    store_bf16(_mm512_maskz_loadu_ps(mask, src + i), live, dst + i);
-  }
-}
-
-// 2^x on 16 lanes, as exp2_approx in vector_math.cpp: n = round(max(x, -127)), f = x - n,
-// 2^f by kExp2Poly, times 2^n by VSCALEFPS; 0 where x < -126, NaN kept (VMAXPS returns its second
-// operand when either is NaN, so the clamp lets a NaN through).
-TILEATTN_AMX_TARGET inline __m512 exp2_lanes(__m512 x) {
-  const __m512 clamped = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);
-  const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(clamped, n);
-  __m512 p = _mm512_set1_ps(kExp2Poly[0]);
-  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Poly[i]));
-  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
-  return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), underflow, _mm512_setzero_ps());
-}
-
-}  // namespace
-
-TILEATTN_AMX_TARGET float exp2_row_to_bf16(const float* x, float shift, int count, int padded, uint16_t* y) {
-  const __m512 offset = _mm512_set1_ps(shift);
-  __m512 sum = _mm512_setzero_ps();
-  for (int i = 0; i < padded; i += 16) {
-    const int live = std::max(0, std::min(16, count - i));
-    const __mmask16 mask = live >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << live) - 1);
-    const __m512 power = _mm512_maskz_mov_ps(mask, exp2_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + i), offset)));
-    sum = _mm512_add_ps(sum, power);
-    store_bf16(power, live, y + i);
-  }
-  return _mm512_reduce_add_ps(sum);
-}
-#else
-namespace {
-void row_to_bf16(const float* src, int count, int padded, uint16_t* dst) {
-  float_row_to_bf16(src, count, dst);
-  std::fill(dst + count, dst + padded, uint16_t{0});
-}
-}  // namespace
-
-float exp2_row_to_bf16(const float*, float, int, int, uint16_t*) {
-  throw Error(ErrorCode::kInternal, "", "AMX row kernel called in a build without AMX support");
-}
-#endif
-
-// Rows and pair rows are whole multiples of 16 elements here (depth_padded of 32, cols_padded of
-// 16), so row_to_bf16 writes each in 16-lane stores.
-void pack_rows(const float* src, int src_ld, int rows, int depth, int rows_padded, int depth_padded, uint16_t* dst,
-               int dst_ld) {
-  for (int r = 0; r < rows_padded; ++r) {
-    row_to_bf16(src + static_cast<int64_t>(r) * src_ld, r < rows ? depth : 0, depth_padded, dst + static_cast<int64_t>(r) * dst_ld);
-  }
-}
-
-namespace {
-// Two bf16 values as the pairs layout stores them: the even depth row in the low half.
-inline uint32_t pair_of(uint16_t even, uint16_t odd) { return static_cast<uint32_t>(even) | static_cast<uint32_t>(odd) << 16; }
-}  // namespace
-
-void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, int cols_padded, int depth_padded,
-                           uint16_t* dst) {
-  // Column c of B is row c of M, so each pair row t takes M[c][2t], M[c][2t + 1] for every c: a
-  // transpose of M read as 32-bit pairs.  Rows of M are converted once into `row`, then scattered.
-  uint32_t* out = reinterpret_cast<uint32_t*>(dst);
-  const int pair_rows = depth_padded / 2;
-  alignas(64) uint16_t row[256 + kDepthPerStep];
-  for (int c = 0; c < cols_padded; ++c) {
-    row_to_bf16(src + static_cast<int64_t>(c) * src_ld, c < cols ? depth : 0, depth_padded, row);
-    for (int t = 0; t < pair_rows; ++t) out[static_cast<int64_t>(t) * cols_padded + c] = pair_of(row[2 * t], row[2 * t + 1]);
-  }
-}
-
-void pack_pairs(const float* src, int src_ld, int depth, int cols, int depth_padded, int cols_padded, uint16_t* dst) {
-  // Rows 2t and 2t + 1 of M, converted, then interleaved element by element.
-  uint32_t* out = reinterpret_cast<uint32_t*>(dst);
-  alignas(64) uint16_t even[256 + kColsPerTile], odd[256 + kColsPerTile];
-  for (int t = 0; t < depth_padded / 2; ++t) {
-    const float* in_even = src + static_cast<int64_t>(2 * t) * src_ld;
-    row_to_bf16(in_even, 2 * t < depth ? cols : 0, cols_padded, even);
-    row_to_bf16(in_even + src_ld, 2 * t + 1 < depth ? cols : 0, cols_padded, odd);
-    uint32_t* out_row = out + static_cast<int64_t>(t) * cols_padded;
-    for (int n = 0; n < cols_padded; ++n) out_row[n] = pair_of(even[n], odd[n]);
-  }
-}
 
 }  // namespace tileattn::cpu::amx

@@ -53,6 +53,11 @@ void pack_rows(const float* src, int src_ld, int rows, int depth, int rows_padde
 // -126, NaN kept (so a NaN score still reaches l).
 float exp2_row_to_bf16(const float* x, float shift, int count, int padded, uint16_t* y);
 
+// dst (rows_padded x depth_padded, rows dst_ld apart) <- M^T for M (src_rows x src_cols float32, ld
+// src_ld): A rows are M's columns, the depth runs over M's rows; zeros elsewhere.
+void pack_rows_transposed(const float* src, int src_ld, int src_rows, int src_cols, int rows_padded,
+                          int depth_padded, uint16_t* dst, int dst_ld);
+
 // B = M^T from M (cols x depth float32, ld src_ld; S = Q K^T reads K so), in pairs layout with
 // ld = 2 cols_padded: depth_padded / 2 pair rows, zeros past `cols` and `depth`.
 void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, int cols_padded, int depth_padded,

@@ -6,14 +6,21 @@
 // One task owns a chunk of key tiles of one (batch, query head) and loops over the query tiles
 // that see them.  Every task writes float32 partial sums to its own slots, and the final sums run
 // in a fixed order, so the gradients are bitwise the same on every run with the same threads.
+// The five products run on sgemm, or for bfloat16 on a CPU with AMX on its bf16 tiles (P and dS
+// rounded to bf16, as the GPU kernels do), where dK and dV are accumulated transposed
+// (dK^T += Q^T dS) so that P and dS enter as B operands, whose layout is an interleave of rows,
+// instead of as A operands, which would need a transpose of every tile.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "api/backends.h"
+#include "cpu/amx_bf16.h"
 #include "cpu/dropout.h"
 #include "cpu/float32_copy.h"
 #include "cpu/gemm.h"
+#include "cpu/packed_query_tiles.h"
 #include "cpu/parallel.h"
 #include "cpu/score_tile.h"
 #include "cpu/tile_io.h"
@@ -35,10 +42,29 @@ struct BackwardBuffers {
 struct BackwardScratch {
   std::vector<float> q, dout, k, v;  // converted tiles (not float32)
   std::vector<float> dk, dv, probs, dprobs, dtanh, lse_log2, delta;
-  explicit BackwardScratch(int dim)
+  // The AMX path's operands (bf16) and float32 sums: per key tile K^T and V^T (B of S and dP) and K
+  // (B of dQ); per tile pair P and dS as pairs (B of dV^T and dK^T) and dS as rows (A of dQ); dK^T
+  // and dV^T (D padded to 16 rows of kBwdBlockN) and one tile's dQ.
+  std::vector<uint16_t> k_transposed, v_transposed, k_pairs, p_pairs, ds_pairs, ds_rows;
+  std::vector<float> dk_transposed, dv_transposed, dq_tile;
+
+  BackwardScratch(int dim, const PackedQueryTiles* packed)
       : q(kBwdBlockM * dim), dout(kBwdBlockM * dim), k(kBwdBlockN * dim), v(kBwdBlockN * dim),
         dk(kBwdBlockN * dim), dv(kBwdBlockN * dim), probs(kBwdBlockM * kBwdBlockN),
-        dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN), lse_log2(kBwdBlockM), delta(kBwdBlockM) {}
+        dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN), lse_log2(kBwdBlockM), delta(kBwdBlockM) {
+    if (packed == nullptr) return;
+    const size_t tile = kBwdBlockM * kBwdBlockN, keys_by_depth = static_cast<size_t>(kBwdBlockN) * packed->depth();
+    const size_t keys_by_columns = static_cast<size_t>(kBwdBlockN) * packed->columns();
+    k_transposed.resize(keys_by_depth);
+    v_transposed.resize(keys_by_depth);
+    k_pairs.resize(keys_by_columns);
+    p_pairs.resize(tile);
+    ds_pairs.resize(tile);
+    ds_rows.resize(tile);
+    dk_transposed.resize(keys_by_columns);
+    dv_transposed.resize(keys_by_columns);
+    dq_tile.resize(static_cast<size_t>(kBwdBlockM) * packed->columns());
+  }
 };
 
 StridedRows q_like(const void* data, int64_t b, int64_t r, int64_t h) { return {data, b, r, h, false}; }
@@ -73,10 +99,50 @@ struct KeyChunk {
   int batch_index, head, chunk;
 };
 
-// q, k, v and dout as float32 rows (copies only for bfloat16/float16 inputs).
+// q, k, v and dout as float32 rows (copies only for bfloat16/float16 inputs); on the AMX path q
+// and dout packed as bf16 tiles too.
 struct Inputs {
   Float32Rows q, k, v, dout;
+  const PackedQueryTiles* packed = nullptr;
 };
+
+// The AMX path's per-key-tile operands from the float32 K and V tiles (cols x D): K^T and V^T as
+// pairs for S = Q K^T and dP = dO V^T, K as pairs for dQ = dS K; and the transposed sums zeroed.
+void pack_key_tile(const Matrix& k_tile, const Matrix& v_tile, int cols, int dim, const PackedQueryTiles& packed,
+                   BackwardScratch& w) {
+  amx::pack_pairs_transposed(k_tile.data, static_cast<int>(k_tile.ld), cols, dim, kBwdBlockN, packed.depth(),
+                             w.k_transposed.data());
+  amx::pack_pairs_transposed(v_tile.data, static_cast<int>(v_tile.ld), cols, dim, kBwdBlockN, packed.depth(),
+                             w.v_transposed.data());
+  amx::pack_pairs(k_tile.data, static_cast<int>(k_tile.ld), cols, dim, kBwdBlockN, packed.columns(), w.k_pairs.data());
+  std::fill(w.dk_transposed.begin(), w.dk_transposed.end(), 0.0f);
+  std::fill(w.dv_transposed.begin(), w.dv_transposed.end(), 0.0f);
+}
+
+// dV^T += dO^T (Z o P), dK^T += Q^T dS, dQ += dS K on AMX, from the float32 P (dropped) and dS tiles.
+void accumulate_on_amx(const PackedQueryTiles& packed, const KeyChunk& task, int query_tile, int rows, int cols,
+                       int dim, float* dq_rows, BackwardScratch& w) {
+  const int rows_deep = amx::round_up(rows, amx::kDepthPerStep), cols_wide = amx::round_up(cols, amx::kColsPerTile);
+  const int cols_deep = amx::round_up(cols, amx::kDepthPerStep), columns = packed.columns();
+  amx::pack_pairs(w.probs.data(), kBwdBlockN, rows, cols, rows_deep, cols_wide, w.p_pairs.data());
+  amx::pack_pairs(w.dprobs.data(), kBwdBlockN, rows, cols, rows_deep, cols_wide, w.ds_pairs.data());
+  amx::pack_rows(w.dprobs.data(), kBwdBlockN, rows, cols, amx::round_up(rows, amx::kRowsPerTile), cols_deep,
+                 w.ds_rows.data(), kBwdBlockN);
+  using Block = PackedQueryTiles::Block;
+  const uint16_t* dout_t = packed.block(Block::kDoutTransposed, task.batch_index, task.head, query_tile);
+  const uint16_t* q_t = packed.block(Block::kQTransposed, task.batch_index, task.head, query_tile);
+  amx::product(columns, cols_wide, rows_deep, {dout_t, kBwdBlockM}, {w.p_pairs.data(), 2 * cols_wide},
+               w.dv_transposed.data(), kBwdBlockN, true);
+  amx::product(columns, cols_wide, rows_deep, {q_t, kBwdBlockM}, {w.ds_pairs.data(), 2 * cols_wide},
+               w.dk_transposed.data(), kBwdBlockN, true);
+  amx::product(amx::round_up(rows, amx::kRowsPerTile), columns, cols_deep, {w.ds_rows.data(), kBwdBlockN},
+               {w.k_pairs.data(), 2 * columns}, w.dq_tile.data(), columns, false);
+  for (int r = 0; r < rows; ++r) {
+    float* dst = dq_rows + static_cast<int64_t>(r) * dim;
+    const float* src = w.dq_tile.data() + static_cast<int64_t>(r) * columns;
+    for (int d = 0; d < dim; ++d) dst[d] += src[d];
+  }
+}
 
 void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& task,
                     BackwardBuffers& buf, BackwardScratch& w) {
@@ -91,6 +157,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
   const StridedRows& k = in.k.rows;
   const StridedRows& v = in.v.rows;
   const bool softcap = rule.softcap_log2 > 0.0f;
+  const PackedQueryTiles* packed = in.packed;
 
   const int key_tiles = ceil_div(seq.seqlen_k, kBwdBlockN);
   const int tiles_per_chunk = ceil_div(key_tiles, buf.chunks);
@@ -105,22 +172,31 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
     const Matrix v_tile = tile_operand(TILEATTN_FLOAT32, v, seq, col0, cols, head_k, dim, w.v.data());
     std::fill(w.dk.begin(), w.dk.end(), 0.0f);
     std::fill(w.dv.begin(), w.dv.end(), 0.0f);
+    if (packed != nullptr) pack_key_tile(k_tile, v_tile, cols, dim, *packed, w);
 
     for (int row0 = 0; row0 < seq.seqlen_q; row0 += kBwdBlockM) {
       const int rows = std::min(kBwdBlockM, seq.seqlen_q - row0);
       const KeySpan span = key_span(rule, row0, rows);
       if (span.first > span.last || span.last < col0 || span.first >= col0 + cols) continue;
 
+      const int query_tile = row0 / kBwdBlockM;
       const Matrix q_tile = tile_operand(TILEATTN_FLOAT32, q, seq, row0, rows, task.head, dim, w.q.data());
       const Matrix dout_tile =
           tile_operand(TILEATTN_FLOAT32, dout, seq, row0, rows, task.head, dim, w.dout.data());
+      using Block = PackedQueryTiles::Block;
       for (int r = 0; r < rows; ++r) {
         w.lse_log2[r] = f.softmax_lse[lse_offset(f, seq, row0 + r, task.head)] * kLog2e;
         w.delta[r] = buf.delta[task.head * buf.q_rows + packed_q_row(f, seq, row0 + r)];
       }
 
       // P = 2^(t - LSE log2 e), recomputed from Q, K and the saved LSE.
-      gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBwdBlockN);
+      if (packed != nullptr) {
+        amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), packed->depth(),
+                     {packed->block(Block::kQ, task.batch_index, task.head, query_tile), packed->depth()},
+                     {w.k_transposed.data(), 2 * kBwdBlockN}, w.probs.data(), kBwdBlockN, false);
+      } else {
+        gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBwdBlockN);
+      }
       finish_scores(rule, w.probs.data(), kBwdBlockN, row0, rows, col0, cols,
                     !tile_is_clean(span, col0, cols), softcap ? w.dtanh.data() : nullptr);
       for (int r = 0; r < rows; ++r) {
@@ -128,7 +204,13 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
         exp2_shifted(prob, w.lse_log2[r], cols, prob);
       }
       // dP = dO V^T
-      gemm_nt(rows, cols, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
+      if (packed != nullptr) {
+        amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), packed->depth(),
+                     {packed->block(Block::kDout, task.batch_index, task.head, query_tile), packed->depth()},
+                     {w.v_transposed.data(), 2 * kBwdBlockN}, w.dprobs.data(), kBwdBlockN, false);
+      } else {
+        gemm_nt(rows, cols, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
+      }
 
       if (dropout.enabled) {
         // The forward used Z o P / (1 - p): dV sees the dropped P, dS the dropped dP.
@@ -152,11 +234,25 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
         }
       }
       // dV += (Z o P)^T dO;  dK += dS^T Q;  dQ += dS K.
+      float* dq_rows = dq_partial + packed_q_row(f, seq, row0) * dim;
+      if (packed != nullptr) {
+        accumulate_on_amx(*packed, task, query_tile, rows, cols, dim, dq_rows, w);
+        continue;
+      }
       const Matrix p_tile{w.probs.data(), kBwdBlockN};
       const Matrix ds_tile{w.dprobs.data(), kBwdBlockN};
       gemm_tn(cols, dim, rows, p_tile, dout_tile, 1.0f, w.dv.data(), dim);
       gemm_tn(cols, dim, rows, ds_tile, q_tile, 1.0f, w.dk.data(), dim);
-      gemm_nn(rows, dim, cols, ds_tile, k_tile, 1.0f, dq_partial + packed_q_row(f, seq, row0) * dim, dim);
+      gemm_nn(rows, dim, cols, ds_tile, k_tile, 1.0f, dq_rows, dim);
+    }
+    if (packed != nullptr) {
+      // dK = (dK^T)^T, dV = (dV^T)^T: once per key tile.
+      for (int c = 0; c < cols; ++c) {
+        for (int d = 0; d < dim; ++d) {
+          w.dk[c * dim + d] = w.dk_transposed[d * kBwdBlockN + c];
+          w.dv[c * dim + d] = w.dv_transposed[d * kBwdBlockN + c];
+        }
+      }
     }
     const int64_t k_row = packed_k_row(f, seq, col0);
     std::copy(w.dk.begin(), w.dk.begin() + cols * dim,
@@ -239,11 +335,16 @@ void cpu_backward(const BackwardParams& p) {
   buf.dv_expanded.assign(f.num_heads * buf.k_rows * dim, 0.0f);
 
   compute_delta(p, buf);
-  const Inputs in{
-      float32_operand(f, f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, false),
-      float32_operand(f, f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride, true),
-      float32_operand(f, f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, true),
-      float32_operand(f, p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride, false)};
+  Inputs in{float32_operand(f, f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, false),
+            float32_operand(f, f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride, true),
+            float32_operand(f, f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, true),
+            float32_operand(f, p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride, false)};
+  // bf16 products on AMX where the CPU has it (Q and dO packed from their float32 copies, exactly).
+  std::unique_ptr<PackedQueryTiles> packed;
+  if (f.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
+    packed = std::make_unique<PackedQueryTiles>(f, in.q.rows, in.dout.rows);
+    in.packed = packed.get();
+  }
   std::vector<KeyChunk> tasks;
   for (int b = 0; b < f.batch; ++b) {
     for (int c = 0; c < buf.chunks; ++c) {
@@ -251,7 +352,7 @@ void cpu_backward(const BackwardParams& p) {
     }
   }
   parallel_tasks<BackwardScratch>(
-      static_cast<int64_t>(tasks.size()), f.num_threads, [&] { return BackwardScratch(f.head_dim); },
+      static_cast<int64_t>(tasks.size()), f.num_threads, [&] { return BackwardScratch(f.head_dim, in.packed); },
       [&](int64_t task, BackwardScratch& w) { backward_chunk(p, in, tasks[task], buf, w); });
   write_gradients(p, buf);
 }

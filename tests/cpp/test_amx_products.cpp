@@ -43,18 +43,25 @@ struct Shape {
   int m, n, depth;
 };
 
-// C = [C0 +] A B^(T), A (m x depth), B from `b_rows` (n x depth when transposed, else depth x n).
-void check_product(const Shape& s, bool transposed, bool accumulate, std::mt19937& rng) {
+// C = [C0 +] A^(T) B^(T): A from a matrix (depth x m when a_transposed, else m x depth), B from one
+// (n x depth when transposed, else depth x n).
+void check_product(const Shape& s, bool a_transposed, bool transposed, bool accumulate, std::mt19937& rng) {
   const int m_pad = round_up(s.m, amx::kRowsPerTile), n_pad = round_up(s.n, amx::kColsPerTile);
   const int depth_pad = round_up(s.depth, amx::kDepthPerStep);
-  const int a_ld = s.depth + 3, b_ld = (transposed ? s.depth : s.n) + 5;  // not the packed widths
-  const std::vector<float> a = random_floats(static_cast<size_t>(s.m) * a_ld, rng);
+  const int a_ld = (a_transposed ? s.m : s.depth) + 3, b_ld = (transposed ? s.depth : s.n) + 5;  // not packed widths
+  const std::vector<float> a = random_floats(static_cast<size_t>(a_transposed ? s.depth : s.m) * a_ld, rng);
   const std::vector<float> b = random_floats(static_cast<size_t>(transposed ? s.n : s.depth) * b_ld, rng);
+  auto a_at = [&](int i, int k) { return a_transposed ? a[static_cast<size_t>(k) * a_ld + i] : a[static_cast<size_t>(i) * a_ld + k]; };
   auto b_at = [&](int k, int j) { return transposed ? b[static_cast<size_t>(j) * b_ld + k] : b[static_cast<size_t>(k) * b_ld + j]; };
 
-  std::vector<uint16_t> a_packed(static_cast<size_t>(m_pad) * depth_pad, 0xFFFF);  // NaN until packed
+  const int a_packed_ld = depth_pad + 32;  // rows further apart than they are long
+  std::vector<uint16_t> a_packed(static_cast<size_t>(m_pad) * a_packed_ld, 0xFFFF);  // NaN until packed
   std::vector<uint16_t> b_packed(static_cast<size_t>(depth_pad) * n_pad, 0xFFFF);
-  amx::pack_rows(a.data(), a_ld, s.m, s.depth, m_pad, depth_pad, a_packed.data(), depth_pad);
+  if (a_transposed) {
+    amx::pack_rows_transposed(a.data(), a_ld, s.depth, s.m, m_pad, depth_pad, a_packed.data(), a_packed_ld);
+  } else {
+    amx::pack_rows(a.data(), a_ld, s.m, s.depth, m_pad, depth_pad, a_packed.data(), a_packed_ld);
+  }
   if (transposed) {
     amx::pack_pairs_transposed(b.data(), b_ld, s.n, s.depth, n_pad, depth_pad, b_packed.data());
   } else {
@@ -63,7 +70,7 @@ void check_product(const Shape& s, bool transposed, bool accumulate, std::mt1993
   const int ldc = n_pad + 16;
   std::vector<float> c = random_floats(static_cast<size_t>(m_pad) * ldc, rng);
   const std::vector<float> c0 = c;
-  amx::product(m_pad, n_pad, depth_pad, {a_packed.data(), depth_pad}, {b_packed.data(), 2 * n_pad}, c.data(), ldc,
+  amx::product(m_pad, n_pad, depth_pad, {a_packed.data(), a_packed_ld}, {b_packed.data(), 2 * n_pad}, c.data(), ldc,
                accumulate);
 
   for (int i = 0; i < m_pad; ++i) {
@@ -76,7 +83,7 @@ void check_product(const Shape& s, bool transposed, bool accumulate, std::mt1993
       double want = accumulate ? c0[at] : 0.0, magnitude = std::fabs(want);
       if (i < s.m && j < s.n) {
         for (int k = 0; k < s.depth; ++k) {
-          const double term = rounded(a[static_cast<size_t>(i) * a_ld + k]) * rounded(b_at(k, j));
+          const double term = rounded(a_at(i, k)) * rounded(b_at(k, j));
           want += term;
           magnitude += std::fabs(term);
         }
@@ -84,7 +91,7 @@ void check_product(const Shape& s, bool transposed, bool accumulate, std::mt1993
       // float32 sums of exact products: at most depth roundings of the running sum.
       const double tolerance = (s.depth + 2) * 0x1p-24 * magnitude + 1e-30;
       ASSERT_NEAR(c[at], want, tolerance) << "m " << s.m << " n " << s.n << " depth " << s.depth << " at (" << i
-                                          << ", " << j << ")" << (transposed ? " transposed" : "");
+                                          << ", " << j << ")" << (a_transposed ? " A^T" : "") << (transposed ? " B^T" : "");
     }
   }
 }
@@ -94,14 +101,17 @@ TEST(AmxProducts, MatchFloat64SumsOfBf16Operands) {
   std::mt19937 rng(20261205);
   for (const Shape& s : {Shape{1, 1, 1}, Shape{16, 16, 32}, Shape{17, 33, 47}, Shape{256, 128, 128},
                          Shape{200, 72, 72}, Shape{31, 256, 256}, Shape{48, 16, 200}}) {
-    for (bool transposed : {true, false}) {
-      for (bool accumulate : {false, true}) check_product(s, transposed, accumulate, rng);
+    for (bool a_transposed : {false, true}) {
+      for (bool transposed : {true, false}) {
+        for (bool accumulate : {false, true}) check_product(s, a_transposed, transposed, accumulate, rng);
+      }
     }
   }
 }
 
 TEST(AmxProducts, PackingZeroesThePadding) {
   // Padding must be 0, not just finite: the padded P columns meet V rows that hold real keys.
+  if (!amx::enabled()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
   const float nan = std::nanf("");
   std::vector<float> src(4 * 4, nan);
   std::vector<uint16_t> out(64 * 32, 0x7FC0);

@@ -1,0 +1,122 @@
+// The AMX path's operands: float32 rows rounded to bf16 into the A (rows) and B (pairs) layouts of
+// amx_bf16.h, with the zero padding the 16 x 32 tiles need, and P's rows straight from the exp2
+// pass.  AVX-512 throughout (these run only where amx::enabled() is true): VCVTNEPS2BF16 rounds
+// 16 lanes at a time, where the generic conversion loops took 3-4x longer (session 54).
+#include <algorithm>
+#include <cstdint>
+
+#include "cpu/amx_bf16.h"
+#include "cpu/amx_target.h"
+#include "cpu/exp2_poly.h"
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn::cpu::amx {
+
+#if TILEATTN_AMX_BUILT
+namespace {
+
+TILEATTN_AMX_TARGET inline __mmask16 first_lanes(int count) {
+  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
+}
+
+// src[0 .. count) as bf16 into dst[0 .. padded), zeros past count; padded a multiple of 16.
+// Masked loads read nothing past count (src may end there).
+TILEATTN_AMX_TARGET void row_to_bf16(const float* src, int count, int padded, uint16_t* dst) {
+  for (int i = 0; i < padded; i += 16) {
+    const __m256bh bits = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(first_lanes(count - i), src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)bits);
+  }
+}
+
+// 2^x on 16 lanes, as exp2_approx in vector_math.cpp: n = round(max(x, -127)), f = x - n,
+// 2^f by kExp2Poly, times 2^n by VSCALEFPS; 0 where x < -126, NaN kept (VMAXPS returns its second
+// operand when either is NaN, so the clamp lets a NaN through).
+TILEATTN_AMX_TARGET inline __m512 exp2_lanes(__m512 x) {
+  const __m512 clamped = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);
+  const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(clamped, n);
+  __m512 p = _mm512_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Poly[i]));
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
+  return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), underflow, _mm512_setzero_ps());
+}
+
+}  // namespace
+
+TILEATTN_AMX_TARGET float exp2_row_to_bf16(const float* x, float shift, int count, int padded, uint16_t* y) {
+  const __m512 offset = _mm512_set1_ps(shift);
+  __m512 sum = _mm512_setzero_ps();
+  for (int i = 0; i < padded; i += 16) {
+    const __mmask16 live = first_lanes(count - i);
+    const __m512 power = _mm512_maskz_mov_ps(live, exp2_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, x + i), offset)));
+    sum = _mm512_add_ps(sum, power);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), (__m256i)_mm512_cvtneps_pbh(power));
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+void pack_rows(const float* src, int src_ld, int rows, int depth, int rows_padded, int depth_padded, uint16_t* dst,
+               int dst_ld) {
+  for (int r = 0; r < rows_padded; ++r) {
+    row_to_bf16(src + static_cast<int64_t>(r) * src_ld, r < rows ? depth : 0, depth_padded,
+                dst + static_cast<int64_t>(r) * dst_ld);
+  }
+}
+
+void pack_rows_transposed(const float* src, int src_ld, int src_rows, int src_cols, int rows_padded,
+                          int depth_padded, uint16_t* dst, int dst_ld) {
+  // Row c of A is column c of M: each row of M is converted once, then scattered down a column.
+  for (int c = 0; c < rows_padded; ++c) std::fill(dst + static_cast<int64_t>(c) * dst_ld, dst + static_cast<int64_t>(c) * dst_ld + depth_padded, uint16_t{0});
+  alignas(64) uint16_t row[256 + kColsPerTile];
+  for (int r = 0; r < src_rows; ++r) {
+    row_to_bf16(src + static_cast<int64_t>(r) * src_ld, src_cols, rows_padded, row);
+    for (int c = 0; c < src_cols; ++c) dst[static_cast<int64_t>(c) * dst_ld + r] = row[c];
+  }
+}
+
+void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, int cols_padded, int depth_padded,
+                           uint16_t* dst) {
+  // Column c of B is row c of M, so each pair row t takes M[c][2t], M[c][2t + 1] for every c: a
+  // transpose of M read as 32-bit pairs.  Rows of M are converted once into `row`, then scattered.
+  uint32_t* out = reinterpret_cast<uint32_t*>(dst);
+  const int pair_rows = depth_padded / 2;
+  alignas(64) uint32_t row[(256 + kDepthPerStep) / 2];
+  for (int c = 0; c < cols_padded; ++c) {
+    row_to_bf16(src + static_cast<int64_t>(c) * src_ld, c < cols ? depth : 0, depth_padded, reinterpret_cast<uint16_t*>(row));
+    for (int t = 0; t < pair_rows; ++t) out[static_cast<int64_t>(t) * cols_padded + c] = row[t];
+  }
+}
+
+TILEATTN_AMX_TARGET void pack_pairs(const float* src, int src_ld, int depth, int cols, int depth_padded,
+                                    int cols_padded, uint16_t* dst) {
+  // Rows 2t and 2t + 1 of M, 16 columns at a time: VCVTNE2PS2BF16 puts the even row's 16 values
+  // in the low half and the odd row's in the high half, and a word permutation interleaves them.
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  for (int t = 0; t < depth_padded / 2; ++t) {
+    const float* even = src + static_cast<int64_t>(2 * t) * src_ld;
+    const float* odd = even + src_ld;
+    const int even_count = 2 * t < depth ? cols : 0, odd_count = 2 * t + 1 < depth ? cols : 0;
+    uint16_t* out = dst + static_cast<int64_t>(t) * 2 * cols_padded;
+    for (int n = 0; n < cols_padded; n += 16) {
+      const __m512 low = _mm512_maskz_loadu_ps(first_lanes(even_count - n), even + n);
+      const __m512 high = _mm512_maskz_loadu_ps(first_lanes(odd_count - n), odd + n);
+      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(high, low);
+      _mm512_storeu_si512(out + 2 * n, _mm512_permutexvar_epi16(interleave, both));
+    }
+  }
+}
+#else
+namespace {
+[[noreturn]] void not_built() { throw Error(ErrorCode::kInternal, "", "AMX packing called in a build without AMX support"); }
+}  // namespace
+
+float exp2_row_to_bf16(const float*, float, int, int, uint16_t*) { not_built(); }
+void pack_rows(const float*, int, int, int, int, int, uint16_t*, int) { not_built(); }
+void pack_rows_transposed(const float*, int, int, int, int, int, uint16_t*, int) { not_built(); }
+void pack_pairs_transposed(const float*, int, int, int, int, int, uint16_t*) { not_built(); }
+void pack_pairs(const float*, int, int, int, int, int, uint16_t*) { not_built(); }
+#endif
+
+}  // namespace tileattn::cpu::amx
