@@ -48,10 +48,10 @@ void product(int m, int n, int depth, const RowsOperand& a, const PairsOperand& 
 void pack_rows(const float* src, int src_ld, int rows, int depth, int rows_padded, int depth_padded, uint16_t* dst,
                int dst_ld);
 
-// P's row for O += P V: y[i] = bf16(2^(x[i] - shift)) for i < count, zeros up to `padded`; returns
-// the sum of the unrounded powers (the softmax's l).  The same 2^x as exp2_shifted_sum: 0 below
-// -126, NaN kept (so a NaN score still reaches l).
-float exp2_row_to_bf16(const float* x, float shift, int count, int padded, uint16_t* y);
+// P's row for O += P V: y[i] = bf16(2^(scale x[i] - shift)) for i < count (one rounding: a fused
+// multiply-add), zeros up to `padded`; returns the sum of the unrounded powers (the softmax's l).
+// The same 2^x as exp2_shifted_sum: 0 below -126, NaN kept (so a NaN score still reaches l).
+float exp2_row_to_bf16(const float* x, float scale, float shift, int count, int padded, uint16_t* y);
 
 // dst (rows_padded x depth_padded, rows dst_ld apart) <- M^T for M (src_rows x src_cols float32, ld
 // src_ld): A rows are M's columns, the depth runs over M's rows; zeros elsewhere.

@@ -128,8 +128,14 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
 
     // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.
     score_products(in, seq, tile, head_k, rows, col0, cols, dim, q_tile, w);
-    finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols,
-                  !tile_is_clean(span, col0, cols), nullptr);
+    const bool clean = tile_is_clean(span, col0, cols);
+    // Where t is just the product times a positive scale (no mask, softcap or ALiBi), the AMX
+    // path folds the scale into the row max and the exp2 pass instead of a pass of its own over
+    // the tile: about 5% of a bf16 forward (perf, D128 S2048).
+    const bool scale_folded = fused_exp2 && clean && rule.softcap_log2 == 0.0f && rule.alibi_slope_log2 == 0.0f &&
+                              rule.product_scale > 0.0f;
+    if (!scale_folded) finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols, !clean, nullptr);
+    const float scale = scale_folded ? rule.product_scale : 1.0f;
 
     // m_new = max(m, rowmax(t));  P = 2^(t - m_new);  l = 2^(m - m_new) l + rowsum(P);
     // O = 2^(m - m_new) O  (the division by l is deferred to the end).
@@ -138,9 +144,9 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
     for (int r = 0; r < rows; ++r) {
       float* t = w.scores.data() + r * kFwdBlockN;
       float rescale;
-      const float base = w.rows[r].update_max(row_max(t, cols), &rescale);
+      const float base = w.rows[r].update_max(row_max(t, cols) * scale, &rescale);
       if (fused_exp2) {
-        w.rows[r].sum += amx::exp2_row_to_bf16(t, base, cols, depth, w.p_packed.data() + r * kFwdBlockN);
+        w.rows[r].sum += amx::exp2_row_to_bf16(t, scale, base, cols, depth, w.p_packed.data() + r * kFwdBlockN);
       } else {
         w.rows[r].sum += exp2_shifted_sum(t, base, cols, t);
       }
