@@ -16,6 +16,7 @@
 #include "cpu/online_softmax.h"
 #include "cpu/packed_key_tiles.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch_array.h"
 #include "cpu/score_tile.h"
 #include "cpu/tile_io.h"
 #include "cpu/vector_math.h"
@@ -24,20 +25,19 @@ namespace tileattn {
 namespace cpu {
 namespace {
 
+// Per-thread buffers of one call, none read before it is written (ScratchArray does not zero them:
+// zeroing was 10% of a bf16 S=128 call).
 struct ForwardScratch {
-  std::vector<float> q, k, v, scores, out;  // q, k, v hold converted tiles (not float32)
+  ScratchArray<float> q, k, v, scores, out;  // q, k, v hold converted tiles (not float32)
   std::vector<RowSoftmax> rows;
-  int out_ld;                              // out's row length: D rounded up to AMX's 16 columns
-  std::vector<uint16_t> q_packed, p_packed;  // the AMX path's A operands (bf16)
+  int out_ld;                                  // out's row length: D rounded up to AMX's 16 columns
+  ScratchArray<uint16_t> q_packed, p_packed;  // the AMX path's A operands (bf16)
 
   ForwardScratch(int dim, const PackedKeyTiles* packed)
-      : q(kFwdBlockM * dim), k(kFwdBlockN * dim), v(kFwdBlockN * dim), scores(kFwdBlockM * kFwdBlockN),
-        rows(kFwdBlockM), out_ld(amx::round_up(dim, amx::kColsPerTile)) {
-    out.resize(kFwdBlockM * out_ld);
-    if (packed != nullptr) {
-      q_packed.resize(kFwdBlockM * packed->depth());
-      p_packed.resize(kFwdBlockM * kFwdBlockN);
-    }
+      : q(kFwdBlockM * dim), k(packed ? 0 : kFwdBlockN * dim), v(packed ? 0 : kFwdBlockN * dim),
+        scores(kFwdBlockM * kFwdBlockN), rows(kFwdBlockM), out_ld(amx::round_up(dim, amx::kColsPerTile)),
+        q_packed(packed ? kFwdBlockM * packed->depth() : 0), p_packed(packed ? kFwdBlockM * kFwdBlockN : 0) {
+    out = ScratchArray<float>(kFwdBlockM * out_ld);
   }
 };
 
@@ -45,11 +45,13 @@ struct QueryTile {
   int batch_index, head, row0;
 };
 
-// q, k and v as rows to read: float32 (copies of bfloat16/float16 inputs, made once), or k and v
+// q in the call's dtype, converted tile by tile (each query tile is read once, by one task); k and
+// v as float32 rows (copies of bfloat16/float16 inputs, made once: every query tile reads them), or
 // in their own dtype (kv_dtype), converted tile by tile as they are read; or, on the AMX path,
-// k and v packed once as bf16 tiles (then k and v are unused).
+// packed once as bf16 tiles (then k and v are unused).
 struct Inputs {
-  Float32Rows q, k, v;
+  StridedRows q;
+  Float32Rows k, v;
   tileattn_dtype kv_dtype = TILEATTN_FLOAT32;
   const PackedKeyTiles* packed = nullptr;
 };
@@ -104,12 +106,11 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   const int dim = p.head_dim;
   const int rows = std::min(kFwdBlockM, seq.seqlen_q - tile.row0);
   const int head_k = tile.head / (p.num_heads / p.num_heads_k);
-  const StridedRows& q = in.q.rows;
   const ScoreRule rule = make_score_rule(p, seq, tile.batch_index, tile.head);
   const DropoutRule dropout = DropoutRule::make(p, tile.batch_index, tile.head);
   const PackedKeyTiles* packed = in.packed;
 
-  const Matrix q_tile = tile_operand(TILEATTN_FLOAT32, q, seq, tile.row0, rows, tile.head, dim, w.q.data());
+  const Matrix q_tile = tile_operand(p.dtype, in.q, seq, tile.row0, rows, tile.head, dim, w.q.data());
   // AMX tiles are 16 rows: the padding rows of Q are zeros, so those of S and O stay finite.
   const int rows_padded = amx::round_up(rows, amx::kRowsPerTile);
   // P is packed straight from the exp2 pass, into rows kFwdBlockN apart, unless dropout must
@@ -117,9 +118,9 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   const bool fused_exp2 = packed != nullptr && !dropout.enabled;
   if (packed != nullptr) {
     amx::pack_rows(q_tile.data, q_tile.ld, rows, dim, rows_padded, packed->depth(), w.q_packed.data(), packed->depth());
-    std::fill(w.p_packed.begin() + rows * kFwdBlockN, w.p_packed.begin() + rows_padded * kFwdBlockN, uint16_t{0});
+    std::fill(w.p_packed.data() + rows * kFwdBlockN, w.p_packed.data() + rows_padded * kFwdBlockN, uint16_t{0});
   }
-  std::fill(w.out.begin(), w.out.end(), 0.0f);
+  std::fill(w.out.data(), w.out.data() + w.out.size(), 0.0f);
   std::fill(w.rows.begin(), w.rows.end(), RowSoftmax{});
 
   const KeySpan span = key_span(rule, tile.row0, rows);
@@ -214,7 +215,7 @@ void run_tiles(const ForwardParams& p, const Inputs& in) {
 
 void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages) {
   if (p.attn_probs != nullptr) clear_probs(p);
-  Inputs in{float32_operand(p, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
+  Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
             {{}, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true, pages}},
             {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true, pages}}};
   in.kv_dtype = kv_dtype;
@@ -230,13 +231,13 @@ void cpu_forward(const ForwardParams& p) {
   if (p.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
     const PackedKeyTiles packed(p, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true},
                                 StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true});
-    Inputs in{float32_operand(p, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false), {}, {}};
+    Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false), {}, {}};
     in.packed = &packed;
     run_tiles(p, in);
     return;
   }
   const Inputs in{
-      float32_operand(p, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
+      rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
       float32_operand(p, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true),
       float32_operand(p, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true)};
   run_tiles(p, in);

@@ -17,29 +17,25 @@ PackedKeyTiles::PackedKeyTiles(const ForwardParams& p, const StridedRows& k, con
       first_tile_(p.batch + 1, 0) {
   for (int b = 0; b < p.batch; ++b) first_tile_[b + 1] = first_tile_[b] + ceil_div(sequence_view(p, b).seqlen_k, kFwdBlockN);
   const int64_t blocks = first_tile_[p.batch] * heads_k_;
-  k_.resize(blocks * k_block_size());
-  v_.resize(blocks * v_block_size());
+  k_ = ScratchArray<uint16_t>(blocks * k_block_size());
+  v_ = ScratchArray<uint16_t>(blocks * v_block_size());
 
-  // One task per (sequence, key tile), all KV heads: each row's heads lie next to each other.
-  struct Rows {
-    std::vector<float> tile;
-  };
+  // One task per (sequence, key tile, KV head): a short call has fewer key tiles than threads
+  // (S=128: one), and with a task per tile one thread packed while the others waited.
   const int dim = p.head_dim;
-  parallel_tasks<Rows>(
-      first_tile_[p.batch], p.num_threads, [&] { return Rows{std::vector<float>(kFwdBlockN * dim)}; },
-      [&](int64_t task, Rows& w) {
-        const int b = static_cast<int>(std::upper_bound(first_tile_.begin(), first_tile_.end(), task) - first_tile_.begin()) - 1;
-        const int tile = static_cast<int>(task - first_tile_[b]);
+  parallel_tasks<ScratchArray<float>>(
+      first_tile_[p.batch] * heads_k_, p.num_threads, [&] { return ScratchArray<float>(kFwdBlockN * dim); },
+      [&](int64_t task, ScratchArray<float>& tile_rows) {
+        const int64_t tile_index = task / heads_k_;
+        const int h = static_cast<int>(task % heads_k_);
+        const int b = static_cast<int>(std::upper_bound(first_tile_.begin(), first_tile_.end(), tile_index) - first_tile_.begin()) - 1;
+        const int tile = static_cast<int>(tile_index - first_tile_[b]);
         const SequenceView seq = sequence_view(p, b);
         const int row0 = tile * kFwdBlockN, keys = std::min(kFwdBlockN, seq.seqlen_k - row0);
-        for (int h = 0; h < heads_k_; ++h) {
-          uint16_t* k_out = k_.data() + block(b, h, tile) * k_block_size();
-          uint16_t* v_out = v_.data() + block(b, h, tile) * v_block_size();
-          load_tile(p.dtype, k, seq, row0, keys, h, dim, w.tile.data());
-          amx::pack_pairs_transposed(w.tile.data(), dim, keys, dim, kFwdBlockN, depth_, k_out);
-          load_tile(p.dtype, v, seq, row0, keys, h, dim, w.tile.data());
-          amx::pack_pairs(w.tile.data(), dim, keys, dim, kFwdBlockN, columns_, v_out);
-        }
+        load_tile(p.dtype, k, seq, row0, keys, h, dim, tile_rows.data());
+        amx::pack_pairs_transposed(tile_rows.data(), dim, keys, dim, kFwdBlockN, depth_, k_.data() + block(b, h, tile) * k_block_size());
+        load_tile(p.dtype, v, seq, row0, keys, h, dim, tile_rows.data());
+        amx::pack_pairs(tile_rows.data(), dim, keys, dim, kFwdBlockN, columns_, v_.data() + block(b, h, tile) * v_block_size());
       });
 }
 

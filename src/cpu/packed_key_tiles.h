@@ -12,6 +12,7 @@
 
 #include "api/backends.h"
 #include "cpu/score_tile.h"
+#include "cpu/scratch_array.h"
 #include "cpu/tile_io.h"
 
 namespace tileattn::cpu {
@@ -36,7 +37,7 @@ class PackedKeyTiles {
 
   int depth_, columns_, heads_k_;
   std::vector<int64_t> first_tile_;  // first_tile_[b]: key tiles of the sequences before b
-  std::vector<uint16_t> k_, v_;
+  ScratchArray<uint16_t> k_, v_;  // every element written by the packing, padding included
 };
 
 }  // namespace tileattn::cpu

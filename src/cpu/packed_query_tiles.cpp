@@ -18,7 +18,7 @@ PackedQueryTiles::PackedQueryTiles(const ForwardParams& p, const StridedRows& q,
       block_size_(static_cast<int64_t>(kBwdBlockM) * std::max(depth_, columns_)),
       first_tile_(p.batch + 1, 0) {
   for (int b = 0; b < p.batch; ++b) first_tile_[b + 1] = first_tile_[b] + ceil_div(sequence_view(p, b).seqlen_q, kBwdBlockM);
-  data_.resize(first_tile_[p.batch] * heads_ * 4 * block_size_);
+  data_ = ScratchArray<uint16_t>(first_tile_[p.batch] * heads_ * 4 * block_size_);
 
   const int dim = p.head_dim;
   parallel_tasks<std::vector<float>>(

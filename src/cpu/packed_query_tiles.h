@@ -11,6 +11,7 @@
 
 #include "api/backends.h"
 #include "cpu/score_tile.h"
+#include "cpu/scratch_array.h"
 #include "cpu/tile_io.h"
 
 namespace tileattn::cpu {
@@ -35,7 +36,7 @@ class PackedQueryTiles {
   int depth_, columns_, heads_;
   int64_t block_size_;                // elements of the largest block
   std::vector<int64_t> first_tile_;   // first_tile_[b]: query tiles of the sequences before b
-  std::vector<uint16_t> data_;
+  ScratchArray<uint16_t> data_;       // the blocks' padding written too; their unused tails never read
 };
 
 }  // namespace tileattn::cpu
