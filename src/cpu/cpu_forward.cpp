@@ -213,12 +213,18 @@ void run_tiles(const ForwardParams& p, const Inputs& in) {
 
 }  // namespace
 
-void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages) {
+void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages, bool amx_products) {
   if (p.attn_probs != nullptr) clear_probs(p);
   Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
             {{}, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true, pages}},
             {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true, pages}}};
   in.kv_dtype = kv_dtype;
+  if (amx_products) {
+    const PackedKeyTiles packed(p, kv_dtype, in.k.rows, in.v.rows);
+    in.packed = &packed;
+    run_tiles(p, in);
+    return;
+  }
   run_tiles(p, in);
 }
 
@@ -229,7 +235,7 @@ void cpu_forward(const ForwardParams& p) {
   if (p.attn_probs != nullptr) clear_probs(p);
   // bf16 products on AMX where the CPU has it.
   if (p.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
-    const PackedKeyTiles packed(p, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true},
+    const PackedKeyTiles packed(p, p.dtype, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true},
                                 StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true});
     Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false), {}, {}};
     in.packed = &packed;

@@ -12,6 +12,7 @@
 
 #include "api/backends.h"
 #include "common/kvcache.h"
+#include "cpu/amx_bf16.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/kvcache_packed_q.h"
 #include "cpu/parallel.h"
@@ -38,6 +39,9 @@ void rotate(const KvCacheParams& p, int64_t position, float* x, std::vector<floa
     x[b] = x0 * sin + x1 * cos;
   }
 }
+
+// Query rows a sequence needs before the KV-cache forward takes AMX's products (see its use).
+constexpr int kAmxMinQueryRows = 64;
 
 struct RowScratch {
   std::vector<float> row, table;
@@ -262,7 +266,11 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = keys.cu_k.data();
   g.seqused_k = keys.used_k.empty() ? nullptr : keys.used_k.data();
   g.total_q = total_q, g.total_k = keys.total_k;
-  forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr);
+  // bf16 products on AMX where each query tile has rows enough to be compute-bound (a chunk of
+  // prefill); a decode step's few rows stay on sgemm, for which the K/V tiles are only converted as
+  // they are read, where packing them for AMX would add a pass over the whole cache.
+  const bool amx_products = f.dtype == TILEATTN_BFLOAT16 && rows_per_seq >= kAmxMinQueryRows && amx::enabled();
+  forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, amx_products);
 
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < Sq; ++i) {

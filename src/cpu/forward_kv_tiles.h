@@ -12,6 +12,9 @@ namespace tileattn::cpu {
 // p as for cpu_forward, except that p.k and p.v hold kv_dtype elements (p.dtype is q's and out's),
 // and, with `pages`, their key rows are the page map's rows (p's k/v batch strides step a page, the
 // row and head strides are within one; the sequences' key rows through cu_seqlens_k as usual).
-void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages = nullptr);
+// With amx_products (the caller's call is bf16, its K/V values bf16 in whatever dtype they are
+// held, and amx::enabled()), K and V are packed once for AMX and q is rounded to bf16 for S = Q K^T.
+void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages = nullptr,
+                           bool amx_products = false);
 
 }  // namespace tileattn::cpu

@@ -10,7 +10,7 @@ namespace tileattn::cpu {
 // The AMX depth step is 32 bf16 and a tile of P is kFwdBlockN keys deep, so whole steps cover it.
 static_assert(kFwdBlockN % amx::kDepthPerStep == 0, "key tiles must be whole AMX depth steps");
 
-PackedKeyTiles::PackedKeyTiles(const ForwardParams& p, const StridedRows& k, const StridedRows& v)
+PackedKeyTiles::PackedKeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype, const StridedRows& k, const StridedRows& v)
     : depth_(amx::round_up(p.head_dim, amx::kDepthPerStep)),
       columns_(amx::round_up(p.head_dim, amx::kColsPerTile)),
       heads_k_(p.num_heads_k),
@@ -32,9 +32,9 @@ PackedKeyTiles::PackedKeyTiles(const ForwardParams& p, const StridedRows& k, con
         const int tile = static_cast<int>(tile_index - first_tile_[b]);
         const SequenceView seq = sequence_view(p, b);
         const int row0 = tile * kFwdBlockN, keys = std::min(kFwdBlockN, seq.seqlen_k - row0);
-        load_tile(p.dtype, k, seq, row0, keys, h, dim, tile_rows.data());
+        load_tile(kv_dtype, k, seq, row0, keys, h, dim, tile_rows.data());
         amx::pack_pairs_transposed(tile_rows.data(), dim, keys, dim, kFwdBlockN, depth_, k_.data() + block(b, h, tile) * k_block_size());
-        load_tile(p.dtype, v, seq, row0, keys, h, dim, tile_rows.data());
+        load_tile(kv_dtype, v, seq, row0, keys, h, dim, tile_rows.data());
         amx::pack_pairs(tile_rows.data(), dim, keys, dim, kFwdBlockN, columns_, v_.data() + block(b, h, tile) * v_block_size());
       });
 }

@@ -19,8 +19,9 @@ namespace tileattn::cpu {
 
 class PackedKeyTiles {
  public:
-  // k and v: the call's key-side tensors in p.dtype (their batch/row/head strides).
-  PackedKeyTiles(const ForwardParams& p, const StridedRows& k, const StridedRows& v);
+  // k and v: the call's key-side tensors, of kv_dtype elements (their batch/row/head strides, and
+  // page map where they are pages).
+  PackedKeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype, const StridedRows& k, const StridedRows& v);
 
   int depth() const { return depth_; }      // padded head dim of S = Q K^T, a multiple of 32
   int columns() const { return columns_; }  // padded head dim of O, a multiple of 16

@@ -11,6 +11,7 @@ import torch
 
 import tileattn
 from test_attention import MASKS, run_and_compare
+from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from tileattn import flash_attn_func
 
 
@@ -39,6 +40,29 @@ def test_both_product_paths_hold_the_rule(monkeypatch, path, mask, shape):
     monkeypatch.setenv("TILEATTN_CPU_AMX", path)
     causal, window = MASKS[mask]
     run_and_compare("cpu", torch.bfloat16, shape, causal=causal, window_size=window)
+
+
+# flash_attn_with_kvcache takes AMX's products when a sequence brings 64 query rows or more (a
+# chunk of prefill against the cache: cpu_kvcache.cpp), on K/V read in place or gathered.
+PREFILL_CASES = {
+    "contiguous_causal": dict(seqlen_new=80, causal=True),
+    "paged16_rotary": dict(page_size=16, rotary_dim=32, causal=True, seqlen_new=70),
+    "paged64_batch_idx_leftpad": dict(page_size=64, batch_idx=True, leftpad=True, seqlen_new=64),
+    "window_softcap_alibi": dict(window=(40, 0), softcap=10.0, alibi=True, seqlen_new=100),
+    "d72_gqa7_no_append": dict(dim=72, heads=7, heads_k=1, seqlen_new=0, seqlen_q=65, causal=True),
+}
+
+
+@pytest.mark.parametrize("path", ["off", "on"])
+@pytest.mark.parametrize("case", list(PREFILL_CASES))
+def test_kvcache_prefill_chunks_hold_the_rule(monkeypatch, path, case):
+    if path == "on" and not AMX:
+        pytest.skip("this CPU or OS offers no AMX-BF16")
+    monkeypatch.setenv("TILEATTN_CPU_AMX", path)
+    opts = dict(DEFAULTS, **PREFILL_CASES[case])
+    args, slot, first = make_problem(opts, torch.bfloat16, "cpu")
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
 
 
 def test_on_gives_the_bits_of_auto_or_raises(monkeypatch):
