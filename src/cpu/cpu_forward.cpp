@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "api/backends.h"
 #include "cpu/amx_bf16.h"
+#include "cpu/amx_cache_tiles.h"
 #include "cpu/dropout.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/float32_copy.h"
@@ -32,11 +34,14 @@ struct ForwardScratch {
   std::vector<RowSoftmax> rows;
   int out_ld;                                  // out's row length: D rounded up to AMX's 16 columns
   ScratchArray<uint16_t> q_packed, p_packed;  // the AMX path's A operands (bf16)
+  std::unique_ptr<amx::CacheTileScratch> cache;  // the AMX path on a bf16 cache in place
 
-  ForwardScratch(int dim, const PackedKeyTiles* packed)
+  ForwardScratch(int dim, const PackedKeyTiles* packed, bool cache_tiles)
       : q(kFwdBlockM * dim), k(packed ? 0 : kFwdBlockN * dim), v(packed ? 0 : kFwdBlockN * dim),
         scores(kFwdBlockM * kFwdBlockN), rows(kFwdBlockM), out_ld(amx::round_up(dim, amx::kColsPerTile)),
-        q_packed(packed ? kFwdBlockM * packed->depth() : 0), p_packed(packed ? kFwdBlockM * kFwdBlockN : 0) {
+        q_packed(packed ? kFwdBlockM * packed->depth() : 0),
+        p_packed(packed || cache_tiles ? kFwdBlockM * kFwdBlockN : 0),
+        cache(cache_tiles ? std::make_unique<amx::CacheTileScratch>(dim) : nullptr) {
     out = ScratchArray<float>(kFwdBlockM * out_ld);
   }
 };
@@ -48,12 +53,14 @@ struct QueryTile {
 // q in the call's dtype, converted tile by tile (each query tile is read once, by one task); k and
 // v as float32 rows (copies of bfloat16/float16 inputs, made once: every query tile reads them), or
 // in their own dtype (kv_dtype), converted tile by tile as they are read; or, on the AMX path,
-// packed once as bf16 tiles (then k and v are unused).
+// packed once as bf16 tiles (then k and v are unused), or read as bf16 where they lie
+// (cache_tiles: a decode step on a bf16 cache, amx_cache_tiles.h).
 struct Inputs {
   StridedRows q;
   Float32Rows k, v;
   tileattn_dtype kv_dtype = TILEATTN_FLOAT32;
   const PackedKeyTiles* packed = nullptr;
+  bool cache_tiles = false;
 };
 
 StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_side) {
@@ -71,14 +78,20 @@ void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& 
                  w.scores.data(), kFwdBlockN, false);
     return;
   }
+  if (in.cache_tiles) {
+    amx::cache_scores(in.k.rows, seq, head_k, col0, cols, rows, dim, *w.cache, w.scores.data(), kFwdBlockN);
+    return;
+  }
   const Matrix k_tile = tile_operand(in.kv_dtype, in.k.rows, seq, col0, cols, head_k, dim, w.k.data());
   gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kFwdBlockN);
 }
 
 // The first key column a query tile's sweep starts at.  Packed key tiles start at multiples of
 // kFwdBlockN, so the AMX path starts at the tile holding the first visible key (the keys before
-// it are masked like any invisible key).
+// it are masked like any invisible key); on a cache in place at a multiple of 16, where a paged
+// cache's 16-key groups lie within a page.
 int first_column(const Inputs& in, const KeySpan& span) {
+  if (in.cache_tiles) return span.first - span.first % amx::kRowsPerTile;
   return in.packed != nullptr ? span.first - span.first % kFwdBlockN : span.first;
 }
 
@@ -115,9 +128,14 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   const int rows_padded = amx::round_up(rows, amx::kRowsPerTile);
   // P is packed straight from the exp2 pass, into rows kFwdBlockN apart, unless dropout must
   // change it in float32 first; its padding rows are zeroed here, once.
-  const bool fused_exp2 = packed != nullptr && !dropout.enabled;
+  const bool amx_products = packed != nullptr || in.cache_tiles;
+  const bool fused_exp2 = amx_products && !dropout.enabled;
   if (packed != nullptr) {
     amx::pack_rows(q_tile.data, q_tile.ld, rows, dim, rows_padded, packed->depth(), w.q_packed.data(), packed->depth());
+  } else if (in.cache_tiles) {
+    amx::pack_cache_query(q_tile.data, q_tile.ld, rows, dim, *w.cache);
+  }
+  if (amx_products) {
     std::fill(w.p_packed.data() + rows * kFwdBlockN, w.p_packed.data() + rows_padded * kFwdBlockN, uint16_t{0});
   }
   std::fill(w.out.data(), w.out.data() + w.out.size(), 0.0f);
@@ -155,8 +173,13 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
       if (dropout.enabled) dropout.apply_row(t, tile.row0 + r, col0, cols, false);
     }
     // O += P V
-    if (packed != nullptr) {
-      if (!fused_exp2) amx::pack_rows(w.scores.data(), kFwdBlockN, rows, cols, rows_padded, depth, w.p_packed.data(), kFwdBlockN);
+    if (amx_products && !fused_exp2) {
+      amx::pack_rows(w.scores.data(), kFwdBlockN, rows, cols, rows_padded, depth, w.p_packed.data(), kFwdBlockN);
+    }
+    if (in.cache_tiles) {
+      amx::cache_accumulate_pv(in.v.rows, seq, head_k, col0, cols, rows_padded, dim, w.p_packed.data(), kFwdBlockN,
+                               *w.cache, w.out.data(), w.out_ld);
+    } else if (packed != nullptr) {
       amx::product(rows_padded, packed->columns(), depth, {w.p_packed.data(), kFwdBlockN},
                    {packed->v_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * packed->columns()},
                    w.out.data(), w.out_ld, true);
@@ -207,19 +230,20 @@ void run_tiles(const ForwardParams& p, const Inputs& in) {
   const std::vector<QueryTile> tiles = query_tiles(p);
   parallel_tasks<ForwardScratch>(
       static_cast<int64_t>(tiles.size()), p.num_threads,
-      [&] { return ForwardScratch(p.head_dim, in.packed); },
+      [&] { return ForwardScratch(p.head_dim, in.packed, in.cache_tiles); },
       [&](int64_t task, ForwardScratch& w) { forward_tile(p, in, tiles[task], w); });
 }
 
 }  // namespace
 
-void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages, bool amx_products) {
+void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages, KvProducts products) {
   if (p.attn_probs != nullptr) clear_probs(p);
   Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
             {{}, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true, pages}},
             {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true, pages}}};
   in.kv_dtype = kv_dtype;
-  if (amx_products) {
+  in.cache_tiles = products == KvProducts::kAmxInPlace;
+  if (products == KvProducts::kAmxPacked) {
     const PackedKeyTiles packed(p, kv_dtype, in.k.rows, in.v.rows);
     in.packed = &packed;
     run_tiles(p, in);

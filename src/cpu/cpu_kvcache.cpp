@@ -13,6 +13,7 @@
 #include "api/backends.h"
 #include "common/kvcache.h"
 #include "cpu/amx_bf16.h"
+#include "cpu/amx_cache_tiles.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/kvcache_packed_q.h"
 #include "cpu/parallel.h"
@@ -266,11 +267,18 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = keys.cu_k.data();
   g.seqused_k = keys.used_k.empty() ? nullptr : keys.used_k.data();
   g.total_q = total_q, g.total_k = keys.total_k;
-  // bf16 products on AMX where each query tile has rows enough to be compute-bound (a chunk of
-  // prefill); a decode step's few rows stay on sgemm, for which the K/V tiles are only converted as
-  // they are read, where packing them for AMX would add a pass over the whole cache.
-  const bool amx_products = f.dtype == TILEATTN_BFLOAT16 && rows_per_seq >= kAmxMinQueryRows && amx::enabled();
-  forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, amx_products);
+  // bf16 products on AMX: with K/V packed once where each query tile has rows enough to be
+  // compute-bound (a chunk of prefill); a decode step's few rows read a bf16 cache in place (packing
+  // would add a pass over the whole cache), where its head dim allows, and stay on sgemm elsewhere.
+  KvProducts products = KvProducts::kSgemm;
+  if (f.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
+    if (rows_per_seq >= kAmxMinQueryRows) {
+      products = KvProducts::kAmxPacked;
+    } else if (keys.dtype == TILEATTN_BFLOAT16 && D % amx::kDepthPerStep == 0 && rows_per_seq <= amx::kCacheTileMaxRows) {
+      products = KvProducts::kAmxInPlace;
+    }
+  }
+  forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, products);
 
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < Sq; ++i) {

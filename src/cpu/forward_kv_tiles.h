@@ -12,9 +12,12 @@ namespace tileattn::cpu {
 // p as for cpu_forward, except that p.k and p.v hold kv_dtype elements (p.dtype is q's and out's),
 // and, with `pages`, their key rows are the page map's rows (p's k/v batch strides step a page, the
 // row and head strides are within one; the sequences' key rows through cu_seqlens_k as usual).
-// With amx_products (the caller's call is bf16, its K/V values bf16 in whatever dtype they are
-// held, and amx::enabled()), K and V are packed once for AMX and q is rounded to bf16 for S = Q K^T.
+// The products: sgemm on float32 tiles; or on AMX (the caller's call is bf16, its K/V values bf16
+// in whatever dtype they are held, amx::enabled(); q rounded to bf16 for S = Q K^T) with K and V
+// packed once (kAmxPacked), or read in place (kAmxInPlace: kv_dtype bf16, a head dim that is a
+// multiple of 32, at most amx::kCacheTileMaxRows query rows a sequence; amx_cache_tiles.h).
+enum class KvProducts { kSgemm, kAmxPacked, kAmxInPlace };
 void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages = nullptr,
-                           bool amx_products = false);
+                           KvProducts products = KvProducts::kSgemm);
 
 }  // namespace tileattn::cpu

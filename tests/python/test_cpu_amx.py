@@ -65,6 +65,30 @@ def test_kvcache_prefill_chunks_hold_the_rule(monkeypatch, path, case):
     check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
 
 
+# A decode step on a bf16 cache with a head dim that is a multiple of 32 reads K and V in place
+# with AMX (amx_cache_tiles.h): 16-key groups straight from the cache, copied where a group is
+# short (cache lengths 0, 17, 506) or crosses a page (leftpad on pages of 16).
+DECODE_CASES = {
+    "contiguous_d128_gqa4": dict(dim=128, heads=16, heads_k=4),
+    "paged16_leftpad_d64": dict(page_size=16, leftpad=True),
+    "paged64_batch_idx_d256_causal": dict(page_size=64, batch_idx=True, dim=256, causal=True),
+    "contiguous_two_rows_rotary": dict(seqlen_q=2, seqlen_new=2, rotary_dim=32, causal=True, heads=2, heads_k=2),
+    "mqa8_softcap_paged256": dict(heads=8, heads_k=1, softcap=5.0, page_size=256, dim=96),
+}
+
+
+@pytest.mark.parametrize("path", ["off", "on"])
+@pytest.mark.parametrize("case", list(DECODE_CASES))
+def test_kvcache_decode_steps_hold_the_rule(monkeypatch, path, case):
+    if path == "on" and not AMX:
+        pytest.skip("this CPU or OS offers no AMX-BF16")
+    monkeypatch.setenv("TILEATTN_CPU_AMX", path)
+    opts = dict(DEFAULTS, **DECODE_CASES[case])
+    args, slot, first = make_problem(opts, torch.bfloat16, "cpu")
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
+
+
 def test_on_gives_the_bits_of_auto_or_raises(monkeypatch):
     q, k, v = (torch.randn(2, 200, 4, 64, dtype=torch.bfloat16) for _ in range(3))
     auto = flash_attn_func(q, k, v, causal=True)
