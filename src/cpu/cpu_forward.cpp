@@ -37,7 +37,7 @@ struct ForwardScratch {
   std::unique_ptr<amx::CacheTileScratch> cache;  // the AMX path on a bf16 cache in place
 
   ForwardScratch(int dim, const PackedKeyTiles* packed, bool cache_tiles)
-      : q(kFwdBlockM * dim), k(packed ? 0 : kFwdBlockN * dim), v(packed ? 0 : kFwdBlockN * dim),
+      : q(kFwdBlockM * dim), k(packed || cache_tiles ? 0 : kFwdBlockN * dim), v(packed || cache_tiles ? 0 : kFwdBlockN * dim),
         scores(kFwdBlockM * kFwdBlockN), rows(kFwdBlockM), out_ld(amx::round_up(dim, amx::kColsPerTile)),
         q_packed(packed ? kFwdBlockM * packed->depth() : 0),
         p_packed(packed || cache_tiles ? kFwdBlockM * kFwdBlockN : 0),
@@ -68,7 +68,8 @@ StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_
 }
 
 // S = Q K^T for key columns col0 .. col0 + cols - 1 into w.scores (ld kFwdBlockN): on AMX from the
-// packed Q tile and the packed key tile (col0 a multiple of kFwdBlockN there), else by sgemm.
+// packed Q tile and the packed key tile (col0 a multiple of kFwdBlockN there) or from the cache's
+// rows in place (col0 a multiple of 16), else by sgemm.
 void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& tile, int head_k, int rows,
                     int col0, int cols, int dim, const Matrix& q_tile, ForwardScratch& w) {
   if (in.packed != nullptr) {
