@@ -183,7 +183,12 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       const Matrix q_tile = tile_operand(TILEATTN_FLOAT32, q, seq, row0, rows, task.head, dim, w.q.data());
       const Matrix dout_tile =
           tile_operand(TILEATTN_FLOAT32, dout, seq, row0, rows, task.head, dim, w.dout.data());
-      using Block = PackedQueryTiles::Block;
+      // S = Q K^T and dP = dO V^T on AMX: the packed query-side block times K^T or V^T as pairs.
+      auto scores_on_amx = [&](PackedQueryTiles::Block rows_block, const uint16_t* keys_transposed, float* c) {
+        amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), packed->depth(),
+                     {packed->block(rows_block, task.batch_index, task.head, query_tile), packed->depth()},
+                     {keys_transposed, 2 * kBwdBlockN}, c, kBwdBlockN, false);
+      };
       for (int r = 0; r < rows; ++r) {
         w.lse_log2[r] = f.softmax_lse[lse_offset(f, seq, row0 + r, task.head)] * kLog2e;
         w.delta[r] = buf.delta[task.head * buf.q_rows + packed_q_row(f, seq, row0 + r)];
@@ -191,9 +196,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
 
       // P = 2^(t - LSE log2 e), recomputed from Q, K and the saved LSE.
       if (packed != nullptr) {
-        amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), packed->depth(),
-                     {packed->block(Block::kQ, task.batch_index, task.head, query_tile), packed->depth()},
-                     {w.k_transposed.data(), 2 * kBwdBlockN}, w.probs.data(), kBwdBlockN, false);
+        scores_on_amx(PackedQueryTiles::kQ, w.k_transposed.data(), w.probs.data());
       } else {
         gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBwdBlockN);
       }
@@ -205,9 +208,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       }
       // dP = dO V^T
       if (packed != nullptr) {
-        amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), packed->depth(),
-                     {packed->block(Block::kDout, task.batch_index, task.head, query_tile), packed->depth()},
-                     {w.v_transposed.data(), 2 * kBwdBlockN}, w.dprobs.data(), kBwdBlockN, false);
+        scores_on_amx(PackedQueryTiles::kDout, w.v_transposed.data(), w.dprobs.data());
       } else {
         gemm_nt(rows, cols, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
       }

@@ -28,7 +28,7 @@ PackedKeyTiles::PackedKeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype, 
       [&](int64_t task, ScratchArray<float>& tile_rows) {
         const int64_t tile_index = task / heads_k_;
         const int h = static_cast<int>(task % heads_k_);
-        const int b = static_cast<int>(std::upper_bound(first_tile_.begin(), first_tile_.end(), tile_index) - first_tile_.begin()) - 1;
+        const int b = sequence_of_tile(first_tile_, tile_index);
         const int tile = static_cast<int>(tile_index - first_tile_[b]);
         const SequenceView seq = sequence_view(p, b);
         const int row0 = tile * kFwdBlockN, keys = std::min(kFwdBlockN, seq.seqlen_k - row0);

@@ -26,7 +26,7 @@ PackedQueryTiles::PackedQueryTiles(const ForwardParams& p, const StridedRows& q,
       [&](int64_t task, std::vector<float>& tile_rows) {
         const int64_t tile_index = task / heads_;
         const int head = static_cast<int>(task % heads_);
-        const int b = static_cast<int>(std::upper_bound(first_tile_.begin(), first_tile_.end(), tile_index) - first_tile_.begin()) - 1;
+        const int b = sequence_of_tile(first_tile_, tile_index);
         const int tile = static_cast<int>(tile_index - first_tile_[b]);
         const SequenceView seq = sequence_view(p, b);
         const int row0 = tile * kBwdBlockM, rows = std::min(kBwdBlockM, seq.seqlen_q - row0);

@@ -1,7 +1,9 @@
 // Moving tiles between the strided storage tensors and the operands the CPU backend computes on.
 #pragma once
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "common/sequence.h"
 #include "cpu/convert.h"
@@ -84,5 +86,12 @@ inline void store_tile(tileattn_dtype dtype, const float* src, int src_ld, int r
 }
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// The sequence b whose tiles first_tile[b] .. first_tile[b + 1] - 1 include tile_index, where
+// first_tile holds the running sums of the sequences' tile counts (a sequence without tiles is
+// never the answer: upper_bound passes over its equal entry).
+inline int sequence_of_tile(const std::vector<int64_t>& first_tile, int64_t tile_index) {
+  return static_cast<int>(std::upper_bound(first_tile.begin(), first_tile.end(), tile_index) - first_tile.begin()) - 1;
+}
 
 }  // namespace tileattn::cpu

@@ -42,8 +42,8 @@ def test_both_product_paths_hold_the_rule(monkeypatch, path, mask, shape):
     run_and_compare("cpu", torch.bfloat16, shape, causal=causal, window_size=window)
 
 
-# flash_attn_with_kvcache takes AMX's products when a sequence brings 64 query rows or more (a
-# chunk of prefill against the cache: cpu_kvcache.cpp), on K/V read in place or gathered.
+# flash_attn_with_kvcache takes AMX's products in two ways (cpu_kvcache.cpp).  With 64 query rows
+# a sequence or more (a chunk of prefill), K/V packed once, read in place or gathered:
 PREFILL_CASES = {
     "contiguous_causal": dict(seqlen_new=80, causal=True),
     "paged16_rotary": dict(page_size=16, rotary_dim=32, causal=True, seqlen_new=70),
@@ -52,22 +52,9 @@ PREFILL_CASES = {
     "d72_gqa7_no_append": dict(dim=72, heads=7, heads_k=1, seqlen_new=0, seqlen_q=65, causal=True),
 }
 
-
-@pytest.mark.parametrize("path", ["off", "on"])
-@pytest.mark.parametrize("case", list(PREFILL_CASES))
-def test_kvcache_prefill_chunks_hold_the_rule(monkeypatch, path, case):
-    if path == "on" and not AMX:
-        pytest.skip("this CPU or OS offers no AMX-BF16")
-    monkeypatch.setenv("TILEATTN_CPU_AMX", path)
-    opts = dict(DEFAULTS, **PREFILL_CASES[case])
-    args, slot, first = make_problem(opts, torch.bfloat16, "cpu")
-    out, lse = tileattn.flash_attn_with_kvcache(**args)
-    check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
-
-
 # A decode step on a bf16 cache with a head dim that is a multiple of 32 reads K and V in place
-# with AMX (amx_cache_tiles.h): 16-key groups straight from the cache, copied where a group is
-# short (cache lengths 0, 17, 506) or crosses a page (leftpad on pages of 16).
+# (amx_cache_tiles.h): 16-key groups straight from the cache, copied where a group is short (cache
+# lengths 0, 17, 506) or crosses a page (leftpad on pages of 16).
 DECODE_CASES = {
     "contiguous_d128_gqa4": dict(dim=128, heads=16, heads_k=4),
     "paged16_leftpad_d64": dict(page_size=16, leftpad=True),
@@ -78,12 +65,12 @@ DECODE_CASES = {
 
 
 @pytest.mark.parametrize("path", ["off", "on"])
-@pytest.mark.parametrize("case", list(DECODE_CASES))
-def test_kvcache_decode_steps_hold_the_rule(monkeypatch, path, case):
+@pytest.mark.parametrize("case", [*PREFILL_CASES, *DECODE_CASES])
+def test_kvcache_calls_hold_the_rule(monkeypatch, path, case):
     if path == "on" and not AMX:
         pytest.skip("this CPU or OS offers no AMX-BF16")
     monkeypatch.setenv("TILEATTN_CPU_AMX", path)
-    opts = dict(DEFAULTS, **DECODE_CASES[case])
+    opts = dict(DEFAULTS, **{**PREFILL_CASES, **DECODE_CASES}[case])
     args, slot, first = make_problem(opts, torch.bfloat16, "cpu")
     out, lse = tileattn.flash_attn_with_kvcache(**args)
     check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
