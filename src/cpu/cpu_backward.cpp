@@ -22,6 +22,7 @@
 #include "cpu/gemm.h"
 #include "cpu/packed_query_tiles.h"
 #include "cpu/parallel.h"
+#include "cpu/scratch_array.h"
 #include "cpu/score_tile.h"
 #include "cpu/tile_io.h"
 #include "cpu/vector_math.h"
@@ -42,28 +43,28 @@ struct BackwardBuffers {
 struct BackwardScratch {
   std::vector<float> q, dout, k, v;  // converted tiles (not float32)
   std::vector<float> dk, dv, probs, dprobs, dtanh, lse_log2, delta;
-  // The AMX path's operands (bf16) and float32 sums: per key tile K^T and V^T (B of S and dP) and K
-  // (B of dQ); per tile pair P and dS as pairs (B of dV^T and dK^T) and dS as rows (A of dQ); dK^T
-  // and dV^T (D padded to 16 rows of kBwdBlockN) and one tile's dQ.
-  std::vector<uint16_t> k_transposed, v_transposed, k_pairs, p_pairs, ds_pairs, ds_rows;
-  std::vector<float> dk_transposed, dv_transposed, dq_tile;
+  // The AMX path's operands (bf16) and float32 sums, none read before written: per key tile K^T
+  // and V^T (B of S and dP) and K (B of dQ); per tile pair P and dS as pairs (B of dV^T and dK^T)
+  // and dS as rows (A of dQ); dK^T and dV^T (D padded to 16 rows of kBwdBlockN) and one tile's dQ.
+  ScratchArray<uint16_t> k_transposed, v_transposed, k_pairs, p_pairs, ds_pairs, ds_rows;
+  ScratchArray<float> dk_transposed, dv_transposed, dq_tile;
 
   BackwardScratch(int dim, const PackedQueryTiles* packed)
       : q(kBwdBlockM * dim), dout(kBwdBlockM * dim), k(kBwdBlockN * dim), v(kBwdBlockN * dim),
-        dk(kBwdBlockN * dim), dv(kBwdBlockN * dim), probs(kBwdBlockM * kBwdBlockN),
+        dk(packed ? 0 : kBwdBlockN * dim), dv(packed ? 0 : kBwdBlockN * dim), probs(kBwdBlockM * kBwdBlockN),
         dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN), lse_log2(kBwdBlockM), delta(kBwdBlockM) {
     if (packed == nullptr) return;
     const size_t tile = kBwdBlockM * kBwdBlockN, keys_by_depth = static_cast<size_t>(kBwdBlockN) * packed->depth();
     const size_t keys_by_columns = static_cast<size_t>(kBwdBlockN) * packed->columns();
-    k_transposed.resize(keys_by_depth);
-    v_transposed.resize(keys_by_depth);
-    k_pairs.resize(keys_by_columns);
-    p_pairs.resize(tile);
-    ds_pairs.resize(tile);
-    ds_rows.resize(tile);
-    dk_transposed.resize(keys_by_columns);
-    dv_transposed.resize(keys_by_columns);
-    dq_tile.resize(static_cast<size_t>(kBwdBlockM) * packed->columns());
+    k_transposed = ScratchArray<uint16_t>(keys_by_depth);
+    v_transposed = ScratchArray<uint16_t>(keys_by_depth);
+    k_pairs = ScratchArray<uint16_t>(keys_by_columns);
+    p_pairs = ScratchArray<uint16_t>(tile);
+    ds_pairs = ScratchArray<uint16_t>(tile);
+    ds_rows = ScratchArray<uint16_t>(tile);
+    dk_transposed = ScratchArray<float>(keys_by_columns);
+    dv_transposed = ScratchArray<float>(keys_by_columns);
+    dq_tile = ScratchArray<float>(static_cast<size_t>(kBwdBlockM) * packed->columns());
   }
 };
 
@@ -99,8 +100,8 @@ struct KeyChunk {
   int batch_index, head, chunk;
 };
 
-// q, k, v and dout as float32 rows (copies only for bfloat16/float16 inputs); on the AMX path q
-// and dout packed as bf16 tiles too.
+// k and v as float32 rows (copies only for bfloat16/float16 inputs); q and dout the same on the
+// sgemm path, on the AMX path packed as bf16 tiles instead (q and dout then empty).
 struct Inputs {
   Float32Rows q, k, v, dout;
   const PackedQueryTiles* packed = nullptr;
@@ -115,8 +116,8 @@ void pack_key_tile(const Matrix& k_tile, const Matrix& v_tile, int cols, int dim
   amx::pack_pairs_transposed(v_tile.data, static_cast<int>(v_tile.ld), cols, dim, kBwdBlockN, packed.depth(),
                              w.v_transposed.data());
   amx::pack_pairs(k_tile.data, static_cast<int>(k_tile.ld), cols, dim, kBwdBlockN, packed.columns(), w.k_pairs.data());
-  std::fill(w.dk_transposed.begin(), w.dk_transposed.end(), 0.0f);
-  std::fill(w.dv_transposed.begin(), w.dv_transposed.end(), 0.0f);
+  std::fill(w.dk_transposed.data(), w.dk_transposed.data() + w.dk_transposed.size(), 0.0f);
+  std::fill(w.dv_transposed.data(), w.dv_transposed.data() + w.dv_transposed.size(), 0.0f);
 }
 
 // dV^T += dO^T (Z o P), dK^T += Q^T dS, dQ += dS K on AMX, from the float32 P (dropped) and dS tiles.
@@ -170,9 +171,12 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
     const int cols = std::min(kBwdBlockN, seq.seqlen_k - col0);
     const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
     const Matrix v_tile = tile_operand(TILEATTN_FLOAT32, v, seq, col0, cols, head_k, dim, w.v.data());
-    std::fill(w.dk.begin(), w.dk.end(), 0.0f);
-    std::fill(w.dv.begin(), w.dv.end(), 0.0f);
-    if (packed != nullptr) pack_key_tile(k_tile, v_tile, cols, dim, *packed, w);
+    if (packed != nullptr) {
+      pack_key_tile(k_tile, v_tile, cols, dim, *packed, w);
+    } else {
+      std::fill(w.dk.begin(), w.dk.end(), 0.0f);
+      std::fill(w.dv.begin(), w.dv.end(), 0.0f);
+    }
 
     for (int row0 = 0; row0 < seq.seqlen_q; row0 += kBwdBlockM) {
       const int rows = std::min(kBwdBlockM, seq.seqlen_q - row0);
@@ -180,9 +184,10 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       if (span.first > span.last || span.last < col0 || span.first >= col0 + cols) continue;
 
       const int query_tile = row0 / kBwdBlockM;
-      const Matrix q_tile = tile_operand(TILEATTN_FLOAT32, q, seq, row0, rows, task.head, dim, w.q.data());
+      // The sgemm path's float32 Q and dO rows (the AMX path reads its packed blocks).
+      const Matrix q_tile = packed ? Matrix{} : tile_operand(TILEATTN_FLOAT32, q, seq, row0, rows, task.head, dim, w.q.data());
       const Matrix dout_tile =
-          tile_operand(TILEATTN_FLOAT32, dout, seq, row0, rows, task.head, dim, w.dout.data());
+          packed ? Matrix{} : tile_operand(TILEATTN_FLOAT32, dout, seq, row0, rows, task.head, dim, w.dout.data());
       // S = Q K^T and dP = dO V^T on AMX: the packed query-side block times K^T or V^T as pairs.
       auto scores_on_amx = [&](PackedQueryTiles::Block rows_block, const uint16_t* keys_transposed, float* c) {
         amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), packed->depth(),
@@ -246,20 +251,21 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       gemm_tn(cols, dim, rows, ds_tile, q_tile, 1.0f, w.dk.data(), dim);
       gemm_nn(rows, dim, cols, ds_tile, k_tile, 1.0f, dq_rows, dim);
     }
+    const int64_t k_row = packed_k_row(f, seq, col0);
+    float* dk_rows = buf.dk_expanded.data() + (task.head * buf.k_rows + k_row) * dim;
+    float* dv_rows = buf.dv_expanded.data() + (task.head * buf.k_rows + k_row) * dim;
     if (packed != nullptr) {
-      // dK = (dK^T)^T, dV = (dV^T)^T: once per key tile.
+      // dK = (dK^T)^T, dV = (dV^T)^T: once per key tile, into the expanded rows.
       for (int c = 0; c < cols; ++c) {
         for (int d = 0; d < dim; ++d) {
-          w.dk[c * dim + d] = w.dk_transposed[d * kBwdBlockN + c];
-          w.dv[c * dim + d] = w.dv_transposed[d * kBwdBlockN + c];
+          dk_rows[c * dim + d] = w.dk_transposed[d * kBwdBlockN + c];
+          dv_rows[c * dim + d] = w.dv_transposed[d * kBwdBlockN + c];
         }
       }
+    } else {
+      std::copy(w.dk.begin(), w.dk.begin() + cols * dim, dk_rows);
+      std::copy(w.dv.begin(), w.dv.begin() + cols * dim, dv_rows);
     }
-    const int64_t k_row = packed_k_row(f, seq, col0);
-    std::copy(w.dk.begin(), w.dk.begin() + cols * dim,
-              buf.dk_expanded.begin() + (task.head * buf.k_rows + k_row) * dim);
-    std::copy(w.dv.begin(), w.dv.begin() + cols * dim,
-              buf.dv_expanded.begin() + (task.head * buf.k_rows + k_row) * dim);
   }
 }
 
@@ -336,15 +342,19 @@ void cpu_backward(const BackwardParams& p) {
   buf.dv_expanded.assign(f.num_heads * buf.k_rows * dim, 0.0f);
 
   compute_delta(p, buf);
-  Inputs in{float32_operand(f, f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, false),
-            float32_operand(f, f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride, true),
-            float32_operand(f, f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, true),
-            float32_operand(f, p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride, false)};
-  // bf16 products on AMX where the CPU has it (Q and dO packed from their float32 copies, exactly).
+  Inputs in;
+  in.k = float32_operand(f, f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride, true);
+  in.v = float32_operand(f, f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, true);
+  // bf16 products on AMX where the CPU has it: Q and dO packed from the call's tensors, without the
+  // float32 copies the sgemm path reads.
   std::unique_ptr<PackedQueryTiles> packed;
   if (f.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
-    packed = std::make_unique<PackedQueryTiles>(f, in.q.rows, in.dout.rows);
+    packed = std::make_unique<PackedQueryTiles>(f, q_like(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride),
+                                                q_like(p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride));
     in.packed = packed.get();
+  } else {
+    in.q = float32_operand(f, f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, false);
+    in.dout = float32_operand(f, p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride, false);
   }
   std::vector<KeyChunk> tasks;
   for (int b = 0; b < f.batch; ++b) {

@@ -31,7 +31,7 @@ PackedQueryTiles::PackedQueryTiles(const ForwardParams& p, const StridedRows& q,
         const SequenceView seq = sequence_view(p, b);
         const int row0 = tile * kBwdBlockM, rows = std::min(kBwdBlockM, seq.seqlen_q - row0);
         for (const auto& [source, as_rows, transposed] : {std::tuple{&q, kQ, kQTransposed}, std::tuple{&dout, kDout, kDoutTransposed}}) {
-          load_tile(TILEATTN_FLOAT32, *source, seq, row0, rows, head, dim, tile_rows.data());
+          load_tile(p.dtype, *source, seq, row0, rows, head, dim, tile_rows.data());
           amx::pack_rows(tile_rows.data(), dim, rows, dim, kBwdBlockM, depth_, data_.data() + offset(as_rows, b, head, tile), depth_);
           amx::pack_rows_transposed(tile_rows.data(), dim, rows, dim, columns_, kBwdBlockM,
                                     data_.data() + offset(transposed, b, head, tile), kBwdBlockM);

@@ -18,7 +18,7 @@ namespace tileattn::cpu {
 
 class PackedQueryTiles {
  public:
-  // q and dout: float32 rows of the call's q-shaped tensors (their strides).
+  // q and dout: the call's q-shaped tensors, of p.dtype elements (their strides).
   PackedQueryTiles(const ForwardParams& p, const StridedRows& q, const StridedRows& dout);
 
   int depth() const { return depth_; }      // head dim padded to 32: the rows' length
