@@ -44,13 +44,14 @@ std::vector<int> visits(const TileScheduler& s, int grid) {
   return count;
 }
 
-void check_shape(const Shape& shape, bool longest_first, int grid) {
+void check_shape(const Shape& shape, bool longest_first, int grid, bool stagger) {
   const TileScheduler s = TileScheduler::make(shape.m_blocks, shape.batch, shape.heads, shape.heads_k,
-                                              shape.kv_bytes_per_head, longest_first, grid);
+                                              shape.kv_bytes_per_head, longest_first, grid, stagger);
   SCOPED_TRACE(testing::Message() << "m_blocks " << shape.m_blocks << " batch " << shape.batch << " heads "
                                   << shape.heads << "/" << shape.heads_k << " kv bytes "
                                   << shape.kv_bytes_per_head << " longest_first " << longest_first
-                                  << " grid " << grid);
+                                  << " grid " << grid << " stagger " << stagger << " (on: " << (s.half != 0)
+                                  << ")");
   ASSERT_EQ(s.num_tiles, shape.m_blocks * shape.batch * shape.heads);
   const std::vector<int> count = visits(s, grid);
   for (int tile = 0; tile < s.num_tiles; ++tile) ASSERT_EQ(count[tile], 1) << "tile " << tile;
@@ -93,12 +94,27 @@ TEST(Sm90TileScheduler, EveryTileRunsExactlyOnce) {
   shapes.push_back({8, 3, 14, 2, 30ll << 20});
   shapes.push_back({17, 5, 6, 3, 9ll << 20});
   shapes.push_back({128, 1, 8, 8, 4ll * 16384 * 256});
+  // Staggered halves (tile_scheduler.h): half-groups that divide the pairs or leave a partial one
+  // of every size, an odd and an even count of them, the fewest allowed (three), d128's clusters
+  // (66 slots of two query blocks) and d64's three 192-row blocks at 512 tokens.
+  for (int pairs : {99, 100, 131, 132, 133, 165, 512, 1024}) shapes.push_back({4, 1, pairs, pairs, 1 << 20});
+  for (int pairs : {67, 99, 100, 101, 512}) shapes.push_back({2, 1, pairs, pairs, 1 << 20});
+  shapes.push_back({3, 32, 32, 32, 4ll * 512 * 64});
+  int staggered = 0;
   for (const Shape& shape : shapes) {
     const int tiles = shape.m_blocks * shape.batch * shape.heads;
     for (bool longest_first : {false, true}) {
-      for (int grid : {std::min(tiles, kSms), 1, std::min(tiles, 7)}) check_shape(shape, longest_first, grid);
+      for (int grid : {std::min(tiles, kSms), 1, std::min(tiles, 7), std::min(tiles, 66), std::min(tiles, 8)}) {
+        for (bool stagger : {false, true}) {
+          check_shape(shape, longest_first, grid, stagger);
+          staggered += TileScheduler::make(shape.m_blocks, shape.batch, shape.heads, shape.heads_k,
+                                           shape.kv_bytes_per_head, longest_first, grid, stagger)
+                           .half != 0;
+        }
+      }
     }
   }
+  EXPECT_GE(staggered, 20);  // the shapes above reach the staggered order
 }
 
 // The busiest CTA's load over the mean, a tile costing walk(m_block) key blocks plus one (its
@@ -122,11 +138,59 @@ TEST(Sm90TileScheduler, ShortCausalGroupsKeepTheLoadsEven) {
     for (int dim : {64, 128, 256}) {
       const int m_blocks = seqlen / 128, batch = 16384 / seqlen, heads = 2048 / dim;
       const int grid = std::min(m_blocks * batch * heads, kSms);
-      const TileScheduler s = TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * dim, true, grid);
-      SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " d" << dim);
-      ASSERT_LT(s.group_pairs, s.num_pairs);  // grouped, not the whole-call order
-      EXPECT_LE(max_load_over_mean(s, grid, [](int m_block) { return m_block + 1; }), 1.05);
+      for (bool stagger : {false, true}) {
+        const TileScheduler s =
+            TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * dim, true, grid, stagger);
+        SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " d" << dim << " stagger " << stagger);
+        ASSERT_LT(s.group_pairs, s.num_pairs);  // grouped, not the whole-call order
+        EXPECT_LE(max_load_over_mean(s, grid, [](int m_block) { return m_block + 1; }), 1.05);
+      }
     }
+  }
+}
+
+// The most key blocks the call's rounds bring in from HBM in one round over their mean, a head's
+// block counted in the first round any of its tiles walks it (its K/V then stays in L2), a causal
+// tile m walking blocks 0..m.  Round 0 is left out: every order starts cold there.
+double max_round_loads_over_mean(const TileScheduler& s, int grid) {
+  std::vector<int> loaded(static_cast<size_t>(s.num_pairs), 0);  // blocks of each pair in L2
+  std::vector<int> per_round;
+  for (int round = 0;; ++round) {
+    int fresh = 0, running = 0;
+    for (int cta = 0; cta < grid; ++cta) {
+      const int tile = s.tile_of(round, cta);
+      if (tile >= s.num_tiles) continue;
+      ++running;
+      const TileCoords c = s.coords(tile);
+      int& have = loaded[static_cast<size_t>(c.batch * s.num_heads + c.head)];
+      fresh += std::max(0, c.m_block + 1 - have);
+      have = std::max(have, c.m_block + 1);
+    }
+    if (running == 0) break;
+    if (round > 0) per_round.push_back(fresh);
+  }
+  const double mean = std::accumulate(per_round.begin(), per_round.end(), 0.0) / per_round.size();
+  return *std::max_element(per_round.begin(), per_round.end()) / mean;
+}
+
+// Staggered halves exist to spread the HBM loads of short causal calls over the rounds: at 512
+// tokens with square 128-row tiles (d128 in clusters of two: 66 slots of 2-block groups; d256: 132
+// slots) two-round groups bring in every block in their first round and none in their second
+// (2.4x the mean at d256), staggered halves the same number every round (1.12x, the last rounds
+// holding fewer tiles); the CTAs' loads stay as even.
+TEST(Sm90TileScheduler, StaggeredHalvesSpreadTheLoads) {
+  struct Case { int m_blocks, batch, heads, grid; };
+  for (const Case& c : {Case{2, 32, 16, 66}, Case{4, 32, 8, 132}, Case{4, 32, 16, 132}}) {
+    SCOPED_TRACE(testing::Message() << "m_blocks " << c.m_blocks << " pairs " << c.batch * c.heads << " grid " << c.grid);
+    const TileScheduler grouped = TileScheduler::make(c.m_blocks, c.batch, c.heads, c.heads, 1 << 20, true, c.grid);
+    const TileScheduler staggered =
+        TileScheduler::make(c.m_blocks, c.batch, c.heads, c.heads, 1 << 20, true, c.grid, true);
+    ASSERT_NE(staggered.half, 0);
+    const double before = max_round_loads_over_mean(grouped, c.grid);
+    const double after = max_round_loads_over_mean(staggered, c.grid);
+    EXPECT_GE(before, 1.8);
+    EXPECT_LE(after, 1.2);
+    EXPECT_LE(max_load_over_mean(staggered, c.grid, [](int m_block) { return m_block + 1; }), 1.05);
   }
 }
 
@@ -140,14 +204,17 @@ TEST(Sm90TileScheduler, EndAlignedD64GroupsKeepTheLoadsEven) {
   for (int seqlen : {512, 1024, 1536, 2048}) {
     const int m_blocks = (seqlen + kBlockM - 1) / kBlockM, batch = 16384 / seqlen, heads = 32;
     const int grid = std::min(m_blocks * batch * heads, kSms);
-    const TileScheduler s = TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * 64, true, grid);
-    SCOPED_TRACE(testing::Message() << "seqlen " << seqlen);
-    ASSERT_LT(s.group_pairs, s.num_pairs);
     const auto walk = [seqlen](int m_block) {  // key blocks up to the tile's last row's
       const int first = sm90_tile_first_row(m_block, kBlockM, seqlen, true);
       return (std::min(first + kBlockM, seqlen) - 1) / kBlockN + 1;
     };
-    EXPECT_LE(max_load_over_mean(s, grid, walk), 1.05);
+    for (bool stagger : {false, true}) {
+      const TileScheduler s =
+          TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * 64, true, grid, stagger);
+      SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " stagger " << stagger << " (on: " << (s.half != 0) << ")");
+      ASSERT_LT(s.group_pairs, s.num_pairs);
+      EXPECT_LE(max_load_over_mean(s, grid, walk), 1.05);
+    }
   }
 }
 

@@ -266,6 +266,31 @@ def test_short_walk_choice(monkeypatch):
         torch.testing.assert_close(results["on"][1], results["off"][1], rtol=0, atol=1e-4)
 
 
+def test_stagger_choice(monkeypatch):
+    """TILEATTN_FORWARD_STAGGER orders the sm90 forward's short causal or windowed tiles in staggered
+    halves (src/cuda/sm90/tile_scheduler.h): a typo raises naming it, and the order only moves
+    tiles between CTAs, so on, off and auto give bitwise the same output and LSE.  The shapes have
+    enough (batch, head) pairs for the order to apply on 132 SMs (128 pairs over half-groups of 33
+    at 128-row tiles, 44 at d64's 192-row ones) and partial last half-groups; a tile run twice or
+    skipped would leave rows that differ."""
+    # The typo check (and the skip off Hopper); the cases below need more pairs than it makes.
+    _sm90_forward_choice_results(monkeypatch, "TILEATTN_FORWARD_STAGGER", 128, [], ())
+    cases = [(512, 512, True, (-1, -1)), (500, 512, True, (-1, -1)), (512, 512, False, (256, 0))]
+    for head_dim in (64, 128, 256):
+        for sq, sk, causal, window in cases:
+            q = torch.randn(8, sq, 16, head_dim, device="cuda", dtype=torch.bfloat16)
+            k, v = (torch.randn(8, sk, 4, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            results = {}
+            for choice in ("on", "off", "auto"):
+                monkeypatch.setenv("TILEATTN_FORWARD_STAGGER", choice)
+                out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
+                results[choice] = (out, lse)
+            for choice in ("off", "auto"):
+                assert torch.equal(results["on"][0], results[choice][0]), (head_dim, sq, window, choice)
+                assert torch.equal(results["on"][1], results[choice][1]), (head_dim, sq, window, choice)
+            assert torch.isfinite(results["on"][0]).all()
+
+
 @pytest.mark.parametrize("head_dim, multicast", [(64, "off"), (128, "off"), (128, "on"), (256, "on")])
 def test_tail_split_choice(monkeypatch, head_dim, multicast):
     """TILEATTN_FORWARD_TAIL_SPLIT cuts the sm90 forward's last tiles along their keys (stream-K,

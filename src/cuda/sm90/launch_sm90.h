@@ -22,6 +22,7 @@
 #include "cuda/sm90/left_window_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/short_walk.h"
+#include "cuda/sm90/staggered_order.h"
 #include "cuda/sm90/tail_merge_sm90.h"
 #include "cuda/sm90/tail_split_choice.h"
 #include "cuda/stream_workspace.h"
@@ -97,8 +98,8 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   const bool uneven = p.window_left >= 0 || p.window_right >= 0;
   const int num_tiles = num_m_groups * p.batch * p.num_heads;
   int groups = std::min(num_tiles, slots);
-  prm.scheduler =
-      TileScheduler::make(num_m_groups, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven, groups);
+  prm.scheduler = TileScheduler::make(num_m_groups, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven,
+                                      groups, use_staggered_halves(Traits::kHeadDim));
 
   const auto launch = [&](auto chosen) {
     if constexpr (kCluster > 1) {

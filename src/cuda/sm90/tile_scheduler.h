@@ -32,6 +32,19 @@
 // +10% (perf log, session 27).  The whole-call order keeps fixed slots: its rounds' pair sums
 // vary smoothly and cancel between neighbouring rounds, which a shift would undo (d256 2k: 0.997 ->
 // 0.983 in the model when every pair of rounds shifted).
+// Staggered halves (`stagger`, where a group is two rounds, the grid even and a multiple of the
+// query blocks): a two-round group loads all of its heads' K/V from HBM in its first round (its
+// longest tiles walk every key block) and reads them from L2 in its second, so the call's HBM
+// traffic comes in bursts every other round.  At causal 512 those bursts held the call: with 8:1
+// GQA (an eighth of the K/V bytes, the same FLOPs) it ran 10-14% faster on the H200, and on the
+// H100 (3.35 TB/s against 4.8) d128 took 115 us against cuDNN's 102 where the H200 takes ~100
+// (session 55).  So the grid's two halves take half-groups (grid / M pairs,
+// two rounds of half the grid each) one round apart: in every round one half starts new heads
+// while the other finishes its heads from L2.  The second half's first half-group X goes short
+// tiles first (round 0) and has its long tiles after its other half-groups, so neither half waits
+// at the start; a half-group keeps the zigzag pairs of its two rounds, so each CTA's load stays
+// what it was.  The last half-group, possibly partial, goes to the first half, so the CTAs of
+// neither half idle between tiles (a CTA stops at its first tile >= num_tiles).
 // Integer arithmetic with its four divisors prepared on the host (common/fast_divisor.h), compiled
 // for the host too: tests/cpp/test_tile_scheduler.cpp checks that every tile runs exactly once.
 #pragma once
@@ -58,11 +71,16 @@ struct TileScheduler {
   bool longest_first;
   int rotation;           // slots a group of rounds shifts by (0: fixed slots)
   int group_rounds_log2;  // log2 of the rounds in a group (1 or 2) when rotation != 0
+  // Staggered halves (0: off): half the grid's CTAs; then group_pairs is a half-group's.
+  int half;
+  int num_groups;          // (half-)groups, the last possibly partial
+  int second_half_groups;  // the second half's: its parity's groups below num_groups - 1
   FastDivisor by_group_tiles;  // group_pairs * num_m_blocks
   FastDivisor by_group_pairs;  // group_pairs
   FastDivisor by_last_pairs;   // the last group's pairs (fewer when groups do not divide num_pairs)
   FastDivisor by_heads;        // num_heads
   FastDivisor by_grid;         // the grid make() was given (the slot shift wraps around it)
+  FastDivisor by_half;         // half (1 when not staggered)
 
   static constexpr int kMaxGroupedMBlocks = 16;  // 2k tokens at d128 and d256, 3k at d64
 
@@ -75,9 +93,19 @@ struct TileScheduler {
     return 0;
   }
 
-  // Host side: the groups from the K/V bytes of one head (equal tiles) or the grid (uneven tiles).
+  // Whether staggered halves can order a call: longest first in groups of exactly two rounds, an
+  // even grid that the query blocks divide (a half-group is then grid / M pairs), and at least
+  // three half-groups (the second half's X and one of each half's).
+  static bool can_stagger(int num_m_blocks, int num_pairs, int grid) {
+    if (num_m_blocks > kMaxGroupedMBlocks || grid % 2 != 0 || grid % num_m_blocks != 0) return false;
+    if (round_group(num_m_blocks, grid) * num_m_blocks != 2ll * grid) return false;
+    return num_pairs > 2 * (grid / num_m_blocks);
+  }
+
+  // Host side: the groups from the K/V bytes of one head (equal tiles) or the grid (uneven tiles),
+  // in staggered halves where `stagger` asks for them and can_stagger allows.
   static TileScheduler make(int num_m_blocks, int batch, int num_heads, int num_heads_k,
-                            int64_t kv_bytes_per_head, bool longest_first, int grid) {
+                            int64_t kv_bytes_per_head, bool longest_first, int grid, bool stagger = false) {
     TileScheduler s;
     s.num_m_blocks = num_m_blocks;
     s.num_heads = num_heads;
@@ -88,7 +116,12 @@ struct TileScheduler {
     int64_t group = kL2Budget / per_pair;
     s.rotation = 0;
     s.group_rounds_log2 = 0;
-    if (longest_first) {
+    s.half = 0;
+    if (longest_first && stagger && can_stagger(num_m_blocks, s.num_pairs, grid)) {
+      s.half = grid / 2;
+      group = grid / num_m_blocks;
+      s.rotation = static_cast<int>(0.618 * s.half + 0.5) % s.half;
+    } else if (longest_first) {
       const int64_t grouped = num_m_blocks <= kMaxGroupedMBlocks ? round_group(num_m_blocks, grid) : 0;
       group = grouped > 0 ? grouped : s.num_pairs;
       if (grouped > 0 && grouped < s.num_pairs) {
@@ -99,6 +132,9 @@ struct TileScheduler {
     if (group < 1) group = 1;
     if (group > s.num_pairs) group = s.num_pairs;
     s.group_pairs = static_cast<int>(group);
+    s.num_groups = (s.num_pairs + s.group_pairs - 1) / s.group_pairs;
+    // The second half takes the groups of the other parity than the last group's.
+    s.second_half_groups = s.num_groups / 2;
     s.num_tiles = num_m_blocks * s.num_pairs;
     s.longest_first = longest_first;
     s.by_group_tiles = FastDivisor::make(s.group_pairs * num_m_blocks);
@@ -107,6 +143,7 @@ struct TileScheduler {
     s.by_last_pairs = FastDivisor::make(s.num_pairs - last_group * s.group_pairs);
     s.by_heads = FastDivisor::make(num_heads);
     s.by_grid = FastDivisor::make(grid);
+    s.by_half = FastDivisor::make(s.half > 0 ? s.half : 1);
     return s;
   }
 
@@ -116,6 +153,7 @@ struct TileScheduler {
   // The wrap goes through by_grid: a runtime % is ~25 dependent instructions on every warp's path
   // into a tile (fast_divisor.h).
   TILEATTN_HOST_DEVICE int tile_of(int round, int cta) const {
+    if (half != 0) return staggered_tile_of(round, cta);
     const int grid = static_cast<int>(by_grid.divisor);
     int slot = cta;
     if (rotation != 0) {
@@ -123,6 +161,39 @@ struct TileScheduler {
       slot = by_grid.mod(shifted);
     }
     return round * grid + ((round & 1) ? grid - 1 - slot : slot);
+  }
+
+  // tile_of with staggered halves (see the file's comment).  The first half runs groups
+  // first + 2j in rounds 2j and 2j + 1, first being the last group's parity; the second half runs
+  // its first group X (= 1 - first) short tiles first in round 0, its groups X + 2 (j + 1) in
+  // rounds 2j + 1 and 2j + 2, and X's long tiles in the round after those.  In its group a CTA takes
+  // slot `local` of the longest tiles and slot 2 half - 1 - local of the shortest (the zigzag),
+  // local being its index shifted by `rotation` a group.
+  TILEATTN_HOST_DEVICE int staggered_tile_of(int round, int cta) const {
+    const bool second = cta >= half;
+    const int first_parity = (num_groups - 1) & 1;
+    int group, phase, rank;
+    if (!second) {
+      rank = round >> 1;
+      phase = round & 1;
+      group = first_parity + 2 * rank;
+      if (group >= num_groups) return num_tiles;
+    } else if (round == 0) {
+      rank = 0, phase = 1, group = 1 - first_parity;
+    } else {
+      const int t = round - 1;
+      rank = (t >> 1) + 1;
+      phase = t & 1;
+      group = 1 - first_parity + 2 * rank;
+      if (rank >= second_half_groups) {
+        if (t != 2 * (second_half_groups - 1)) return num_tiles;
+        rank = 0, phase = 0, group = 1 - first_parity;
+      }
+    }
+    const int local = by_half.mod((second ? cta - half : cta) + rank * rotation);
+    const int in_group = phase ? 2 * half - 1 - local : local;
+    const int tile = group * 2 * half + in_group;
+    return tile < num_tiles ? tile : num_tiles;
   }
 
   // tile in [0, num_tiles): group-major, then query block, then (batch, head) pair.
