@@ -95,8 +95,9 @@ TEST(Sm90TileScheduler, EveryTileRunsExactlyOnce) {
   shapes.push_back({17, 5, 6, 3, 9ll << 20});
   shapes.push_back({128, 1, 8, 8, 4ll * 16384 * 256});
   // Staggered halves (tile_scheduler.h): half-groups that divide the pairs or leave a partial one
-  // of every size, an odd and an even count of them, the fewest allowed (three), d128's clusters
-  // (66 slots of two query blocks) and d64's three 192-row blocks at 512 tokens.
+  // of every size, an odd and an even count of them, the fewest allowed (three), a cluster grid
+  // (66 slots of two query blocks, as the K/V-multicast kernel schedules) and d64's three 192-row
+  // blocks at 512 tokens.
   for (int pairs : {99, 100, 131, 132, 133, 165, 512, 1024}) shapes.push_back({4, 1, pairs, pairs, 1 << 20});
   for (int pairs : {67, 99, 100, 101, 512}) shapes.push_back({2, 1, pairs, pairs, 1 << 20});
   shapes.push_back({3, 32, 32, 32, 4ll * 512 * 64});
@@ -174,8 +175,8 @@ double max_round_loads_over_mean(const TileScheduler& s, int grid) {
 }
 
 // Staggered halves exist to spread the HBM loads of short causal calls over the rounds: at 512
-// tokens with square 128-row tiles (d128 in clusters of two: 66 slots of 2-block groups; d256: 132
-// slots) two-round groups bring in every block in their first round and none in their second
+// tokens with square 128-row tiles (132 slots at d128 and d256; and a grid of 66 cluster slots of
+// two query blocks) two-round groups bring in every block in their first round and none in their second
 // (2.4x the mean at d256), staggered halves the same number every round (1.12x, the last rounds
 // holding fewer tiles); the CTAs' loads stay as even.
 TEST(Sm90TileScheduler, StaggeredHalvesSpreadTheLoads) {

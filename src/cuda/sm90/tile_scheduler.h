@@ -38,9 +38,9 @@
 // traffic comes in bursts every other round.  At causal 512 those bursts held the call: with 8:1
 // GQA (an eighth of the K/V bytes, the same FLOPs) it ran 10-14% faster on the H200, and on the
 // H100 (3.35 TB/s against 4.8) d128 took 115 us against cuDNN's 102 where the H200 takes ~100
-// (session 55).  So the grid's two halves take half-groups (grid / M pairs,
-// two rounds of half the grid each) one round apart: in every round one half starts new heads
-// while the other finishes its heads from L2.  The second half's first half-group X goes short
+// (session 55).  So the grid's two halves take half-groups (grid / M pairs, two rounds of half the
+// grid each) one round apart: in every round one half starts new heads while the other finishes
+// its heads from L2.  The second half's first half-group X goes short
 // tiles first (round 0) and has its long tiles after its other half-groups, so neither half waits
 // at the start; a half-group keeps the zigzag pairs of its two rounds, so each CTA's load stays
 // what it was.  The last half-group, possibly partial, goes to the first half, so the CTAs of
