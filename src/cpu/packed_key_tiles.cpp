@@ -14,9 +14,8 @@ PackedKeyTiles::PackedKeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype, 
     : depth_(amx::round_up(p.head_dim, amx::kDepthPerStep)),
       columns_(amx::round_up(p.head_dim, amx::kColsPerTile)),
       heads_k_(p.num_heads_k),
-      first_tile_(p.batch + 1, 0) {
-  for (int b = 0; b < p.batch; ++b) first_tile_[b + 1] = first_tile_[b] + ceil_div(sequence_view(p, b).seqlen_k, kFwdBlockN);
-  const int64_t blocks = first_tile_[p.batch] * heads_k_;
+      tiles_(p, true, kFwdBlockN) {
+  const int64_t blocks = tiles_.count() * heads_k_;
   k_ = ScratchArray<uint16_t>(blocks * k_block_size());
   v_ = ScratchArray<uint16_t>(blocks * v_block_size());
 
@@ -24,12 +23,9 @@ PackedKeyTiles::PackedKeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype, 
   // (S=128: one), and with a task per tile one thread packed while the others waited.
   const int dim = p.head_dim;
   parallel_tasks<ScratchArray<float>>(
-      first_tile_[p.batch] * heads_k_, p.num_threads, [&] { return ScratchArray<float>(kFwdBlockN * dim); },
-      [&](int64_t task, ScratchArray<float>& tile_rows) {
-        const int64_t tile_index = task / heads_k_;
-        const int h = static_cast<int>(task % heads_k_);
-        const int b = sequence_of_tile(first_tile_, tile_index);
-        const int tile = static_cast<int>(tile_index - first_tile_[b]);
+      blocks, p.num_threads, [&] { return ScratchArray<float>(kFwdBlockN * dim); },
+      [&](int64_t index, ScratchArray<float>& tile_rows) {
+        const auto [b, tile, h] = tiles_.task(index, heads_k_);
         const SequenceView seq = sequence_view(p, b);
         const int row0 = tile * kFwdBlockN, keys = std::min(kFwdBlockN, seq.seqlen_k - row0);
         load_tile(kv_dtype, k, seq, row0, keys, h, dim, tile_rows.data());

@@ -32,12 +32,12 @@ class PackedKeyTiles {
   const uint16_t* v_block(int b, int head_k, int tile) const { return v_.data() + block(b, head_k, tile) * v_block_size(); }
 
  private:
-  int64_t block(int b, int head_k, int tile) const { return (first_tile_[b] + tile) * heads_k_ + head_k; }
+  int64_t block(int b, int head_k, int tile) const { return (tiles_.first[b] + tile) * heads_k_ + head_k; }
   int64_t k_block_size() const { return static_cast<int64_t>(depth_) * kFwdBlockN; }
   int64_t v_block_size() const { return static_cast<int64_t>(kFwdBlockN) * columns_; }
 
   int depth_, columns_, heads_k_;
-  std::vector<int64_t> first_tile_;  // first_tile_[b]: key tiles of the sequences before b
+  SequenceTiles tiles_;  // the sequences' key tiles of kFwdBlockN
   ScratchArray<uint16_t> k_, v_;  // every element written by the packing, padding included
 };
 

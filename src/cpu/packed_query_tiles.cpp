@@ -16,18 +16,14 @@ PackedQueryTiles::PackedQueryTiles(const ForwardParams& p, const StridedRows& q,
       columns_(amx::round_up(p.head_dim, amx::kColsPerTile)),
       heads_(p.num_heads),
       block_size_(static_cast<int64_t>(kBwdBlockM) * std::max(depth_, columns_)),
-      first_tile_(p.batch + 1, 0) {
-  for (int b = 0; b < p.batch; ++b) first_tile_[b + 1] = first_tile_[b] + ceil_div(sequence_view(p, b).seqlen_q, kBwdBlockM);
-  data_ = ScratchArray<uint16_t>(first_tile_[p.batch] * heads_ * 4 * block_size_);
+      tiles_(p, false, kBwdBlockM) {
+  data_ = ScratchArray<uint16_t>(tiles_.count() * heads_ * 4 * block_size_);
 
   const int dim = p.head_dim;
-  parallel_tasks<std::vector<float>>(
-      first_tile_[p.batch] * heads_, p.num_threads, [&] { return std::vector<float>(kBwdBlockM * dim); },
-      [&](int64_t task, std::vector<float>& tile_rows) {
-        const int64_t tile_index = task / heads_;
-        const int head = static_cast<int>(task % heads_);
-        const int b = sequence_of_tile(first_tile_, tile_index);
-        const int tile = static_cast<int>(tile_index - first_tile_[b]);
+  parallel_tasks<ScratchArray<float>>(
+      tiles_.count() * heads_, p.num_threads, [&] { return ScratchArray<float>(kBwdBlockM * dim); },
+      [&](int64_t index, ScratchArray<float>& tile_rows) {
+        const auto [b, tile, head] = tiles_.task(index, heads_);
         const SequenceView seq = sequence_view(p, b);
         const int row0 = tile * kBwdBlockM, rows = std::min(kBwdBlockM, seq.seqlen_q - row0);
         for (const auto& [source, as_rows, transposed] : {std::tuple{&q, kQ, kQTransposed}, std::tuple{&dout, kDout, kDoutTransposed}}) {

@@ -30,12 +30,12 @@ class PackedQueryTiles {
 
  private:
   int64_t offset(Block which, int b, int head, int tile) const {
-    return (((first_tile_[b] + tile) * heads_ + head) * 4 + which) * block_size_;
+    return (((tiles_.first[b] + tile) * heads_ + head) * 4 + which) * block_size_;
   }
 
   int depth_, columns_, heads_;
   int64_t block_size_;                // elements of the largest block
-  std::vector<int64_t> first_tile_;   // first_tile_[b]: query tiles of the sequences before b
+  SequenceTiles tiles_;              // the sequences' query tiles of kBwdBlockM
   ScratchArray<uint16_t> data_;       // the blocks' padding written too; their unused tails never read
 };
 

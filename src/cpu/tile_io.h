@@ -87,11 +87,29 @@ inline void store_tile(tileattn_dtype dtype, const float* src, int src_ld, int r
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// The sequence b whose tiles first_tile[b] .. first_tile[b + 1] - 1 include tile_index, where
-// first_tile holds the running sums of the sequences' tile counts (a sequence without tiles is
-// never the answer: upper_bound passes over its equal entry).
-inline int sequence_of_tile(const std::vector<int64_t>& first_tile, int64_t tile_index) {
-  return static_cast<int>(std::upper_bound(first_tile.begin(), first_tile.end(), tile_index) - first_tile.begin()) - 1;
-}
+// The query or key tiles of a call's sequences laid end to end, for work spread one task per
+// (tile, head): first[b] is sequence b's first tile, first[batch] the count of all.
+struct SequenceTiles {
+  std::vector<int64_t> first;
+
+  SequenceTiles(const tileattn_fwd_params& p, bool keys, int block) : first(p.batch + 1, 0) {
+    for (int b = 0; b < p.batch; ++b) {
+      const SequenceView s = sequence_view(p, b);
+      first[b + 1] = first[b] + ceil_div(keys ? s.seqlen_k : s.seqlen_q, block);
+    }
+  }
+  int64_t count() const { return first.back(); }
+
+  struct Task {
+    int b, tile, head;
+  };
+  // Task `index` of count() x heads, head fastest.  A sequence without tiles is never the answer:
+  // upper_bound passes over its equal entry.
+  Task task(int64_t index, int heads) const {
+    const int64_t tile_index = index / heads;
+    const int b = static_cast<int>(std::upper_bound(first.begin(), first.end(), tile_index) - first.begin()) - 1;
+    return {b, static_cast<int>(tile_index - first[b]), static_cast<int>(index % heads)};
+  }
+};
 
 }  // namespace tileattn::cpu
