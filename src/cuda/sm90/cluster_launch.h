@@ -24,16 +24,17 @@ namespace tileattn::cuda::sm90 {
 //     +4% and +0.8% in two A/Bs of three runs a side (session 47, after session 44's one-compare
 //     mask, which the one-CTA kernel has and the cluster kernel does not), while 768 and 1k
 //     tokens ran 0.95 and 0.975 without the cluster, and d256 lost 4-5% without it at 512-1k;
-//   - and at d128 above 8 query blocks (2k tokens on): the one-CTA kernel measured +0.3-2.8% at
-//     2k-16k in two H100 A/Bs in opposite orders (session 56; 16k clear in both, +1.0%), 1k level,
-//     and the H200 read d128 8k 706-707 without the cluster against 701-703 with it at level
-//     energy a call (session 48).  d256 keeps the cluster (0.97-0.99 without it at 1k-16k).
+//   - and at d128 above 32 query blocks (from 8k tokens): in four H100 A/Bs (session 56, two
+//     orders, three machines) the one-CTA kernel read +0.6 to +1.0% at 16k every time and
+//     +0.4% on average at 8k (-1.0 to +1.6), while 2k and 4k scattered around level (2k -5.8 to
+//     +2.8%); the H200 read d128 8k 706-707 without the cluster against 701-703 with it at
+//     level energy a call (session 48).  d256 keeps the cluster (0.97-0.99 without it, 1k-16k).
 // on takes it for every call it can serve (d128 and d256 buckets; cluster_sm90.h), seqlen_q 1
 // included, which is how the tests reach the padding CTA.
 inline bool use_kv_multicast(int num_m_blocks, bool uneven_tiles, int head_dim) {
   constexpr int kMinUnevenMBlocks = 33;
   constexpr int kMaxOneCtaMBlocksD128 = 4;
-  constexpr int kMaxClusterMBlocksD128 = 8;
+  constexpr int kMaxClusterMBlocksD128 = 32;
   const int mode = env_choice("TILEATTN_FORWARD_KV_MULTICAST", {"auto", "on", "off"});
   if (mode != 0) return mode == 1;
   if (uneven_tiles) return num_m_blocks >= kMinUnevenMBlocks;
