@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -189,6 +190,8 @@ cuda::decode::DecodeArgs shape_args(const KvCacheParams& p) {
   args.rows = args.group * f.seqlen_q;
   args.row_blocks = (args.rows + decode::kRows - 1) / decode::kRows;
   args.seqlen_q_div = FastDivisor::make(f.seqlen_q);
+  args.heads_k_div = FastDivisor::make(f.num_heads_k);
+  args.row_blocks_div = FastDivisor::make(std::max(1, args.row_blocks));
   args.num_splits = p.num_splits;
   if (p.block_table != nullptr) args.page_div = FastDivisor::make(static_cast<int>(p.page_size));
   if (decode::split_ctas(args) > std::numeric_limits<int32_t>::max()) {

@@ -36,6 +36,9 @@ struct DecodeArgs {
   // request, lane 0's path to the next block's issue in the TMA loop (tma_block_loop.cuh).  Last,
   // so the fields above keep their offsets in the kernels' parameter block.
   FastDivisor page_div;
+  // The split kernel's CTA index -> (KV head, row block, sequence) without the two runtime
+  // divisions (~25 dependent instructions each) at the head of every CTA.
+  FastDivisor heads_k_div, row_blocks_div;
 };
 
 // Split CTAs of one split: batch x row blocks x KV heads (the unsplit grid).

@@ -83,8 +83,8 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   // Grid (KV heads x sequences x row blocks, splits), KV head fastest: CTAs launched together read
   // all heads of the same cache rows, whole 2 KB rows at 8 x d128 instead of a 256-byte slice of
   // each, which DRAM serves better when the grid runs in several waves (perf log, session 15).
-  const int kv_head = blockIdx.x % f.num_heads_k, bx = blockIdx.x / f.num_heads_k, split = blockIdx.y;
-  const int b = bx / args.row_blocks, row0 = bx % args.row_blocks * kRows;
+  const int bx = args.heads_k_div.div(blockIdx.x), kv_head = blockIdx.x - bx * f.num_heads_k, split = blockIdx.y;
+  const int b = args.row_blocks_div.div(bx), row0 = (bx - b * args.row_blocks) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int Sq = f.seqlen_q, D = f.head_dim;
   const int rows_here = min(kRows, args.rows - row0);
@@ -98,6 +98,17 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   // requests then run under the append instead of after it.  With one new token the TMA kernel
   // appends it itself (kNewToken, below) and waits at its start as without an append.
   [[maybe_unused]] const bool after_append = kTma && !kNewToken && p.k_new != nullptr;  // read only on sm90
+  // Work that reads no global memory an earlier kernel may write goes ahead of griddepcontrol.wait,
+  // where it runs under the kernel ahead of this one when the CTA starts early: each warp's ring
+  // barriers, and the two tensor maps (kernel parameters) fetched into the TMA unit's descriptor
+  // cache, so the first requests, which wait for the sequence's bounds, do not also wait for them.
+  if constexpr (kTma != kLoopRegisters) {
+    if (lane == 0) {
+      for (int i = 0; i < Ring::kStages; ++i) mbarrier_init(&ring->full[warp][i], 1);
+      fence_barrier_init();
+      if (warp == 0) prefetch_tensor_map(&args.tma_k), prefetch_tensor_map(&args.tma_v);
+    }
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Lets the combine kernel launch once every CTA of this grid has started (it then waits for
   // this grid to finish before reading anything; decode_launch.cuh).
@@ -117,24 +128,52 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   // queued behind every CTA's first blocks (240 CTAs x 64 KB at 1 x 2k, the whole cache): the
   // timeline put 1.9 us (1 x 2k) to 3.9 us (8 x 2k) between the requests and Q in registers, with
   // the blocks already landed.  Issued first: 1 x 8k +3%, pages +4-5%, 8 x 2k +2% (perf log).
-  // Then Q goes into shared memory as float and is rotated pair by pair at cache_seqlens (+ i
-  // when causal or windowed).  Eight elements a load, every load issued before the first is used:
-  // Nsight Compute on 1 x 2k showed the element-by-element version (each load behind its own
-  // branch) waiting out one memory latency per element, a quarter of the kernel's time.
+  // Then (the register loop, or rotary) Q goes into shared memory as float and is rotated pair by
+  // pair at cache_seqlens (+ i when causal or windowed).  Eight elements a load, every load issued
+  // before the first is used: Nsight Compute on 1 x 2k showed the element-by-element version (each
+  // load behind its own branch) waiting out one memory latency per element, a quarter of the
+  // kernel's time.
   constexpr int kQVectors = kRows * kD / 8 / kThreads;  // 2 at D = 128
   // Packed rows (cu_seqlens_q) place the sequence's rows in its last slots (query_slots): two
   // index loads ahead of Q's; the batch form reads nothing.  Worked out again for the stores at
   // the end rather than kept in registers through the block loop.
   const QuerySlots q_slots = query_slots(f, b);
+  auto q_row = [&](int r, bool live) {
+    return static_cast<const T*>(f.q) +
+           (live ? q_slots.offset(qrow_of(r), head_of(r), f.q_batch_stride, f.q_row_stride, f.q_head_stride) : 0);
+  };
+  // The TMA loops without rotary take Q's A fragments (dims in natural order, the TMA loop's K
+  // comes by ldmatrix) as 32-bit words straight from q: no staging in shared memory, no CTA
+  // barrier and no conversions on the way to the first block (D == kD there, and vector_q makes
+  // every word aligned).  Rotary needs the float rows, and the register loop its own order.
+  // With the ring set up and the tensor maps prefetched before griddepcontrol.wait (above), this
+  // took 1 x 2k-8k +2-4%, 8 x 2k +1.4% (pages of 16 +5%), 16 x 2k +1% on an H100, the rest level
+  // (bench/results/h100-decode-fixed-work-ab-2026-12-05-session57.txt).
+  [[maybe_unused]] const bool q_direct = kTma != kLoopRegisters && p.rotary_cos == nullptr && args.vector_q;
+  [[maybe_unused]] uint4 qa[kD / 16];
   uint4 q_vec[kQVectors];
+  if (q_direct) {
 #pragma unroll
-  for (int k = 0; k < kQVectors; ++k) {
-    const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
-    const bool live = r < rows_here && q_slots.live(qrow_of(r));
-    const T* q = static_cast<const T*>(f.q) + (live ? q_slots.offset(qrow_of(r), head_of(r), f.q_batch_stride,
-                                                                     f.q_row_stride, f.q_head_stride)
-                                                    : 0);
-    q_vec[k] = load8(q, d0, D, args.vector_q, live);
+    for (int c = 0; c < kD / 16; ++c) qa[c] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int k = 0; k < kHalves; ++k) {
+      const int r = g + 8 * k;
+      const bool live = r < rows_here && q_slots.live(qrow_of(r));
+      const uint32_t* q = reinterpret_cast<const uint32_t*>(q_row(r, live)) + t;  // word t: dims 2t, 2t + 1
+#pragma unroll
+      for (int c = 0; c < kD / 16; ++c) {  // dims 16c + 2t, +1 (word 8c + t) and 16c + 2t + 8, +9
+        const uint32_t lo = live ? __ldg(q + 8 * c) : 0u, hi = live ? __ldg(q + 8 * c + 4) : 0u;
+        (k == 0 ? qa[c].x : qa[c].y) = lo;
+        (k == 0 ? qa[c].z : qa[c].w) = hi;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kQVectors; ++k) {
+      const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
+      const bool live = r < rows_here && q_slots.live(qrow_of(r));
+      q_vec[k] = load8(q_row(r, live), d0, D, args.vector_q, live);
+    }
   }
   const SequenceKeys seq = sequence_keys(p, b);
 
@@ -188,8 +227,6 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
 #pragma unroll
     for (int i = 0; i < Ring::kStages; ++i) first_pages[i] = pages.on ? window_page(pages, i) : 0;
     if (lane == 0) {
-      for (int i = 0; i < Ring::kStages; ++i) mbarrier_init(&ring->full[warp][i], 1);
-      fence_barrier_init();
       for (int i = 0; i < Ring::kStages; ++i) {
         tma_request_block<Ring, kNewToken>(args, seq, walk, ring, warp, i, pages, first_pages[i]);
       }
@@ -209,16 +246,18 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
     }
   }
 
+  if (!q_direct) {  // uniform over the CTA
 #pragma unroll
-  for (int k = 0; k < kQVectors; ++k) {
-    const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
-    const T* x = reinterpret_cast<const T*>(&q_vec[k]);
-    if (kSmemRows == kRows || r < kSmemRows) {  // rows past kSmemRows are padding (kHalves = 1)
+    for (int k = 0; k < kQVectors; ++k) {
+      const int e = threadIdx.x + k * kThreads, r = e / (kD / 8), d0 = e % (kD / 8) * 8;
+      const T* x = reinterpret_cast<const T*>(&q_vec[k]);
+      if (kSmemRows == kRows || r < kSmemRows) {  // rows past kSmemRows are padding (kHalves = 1)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) sm.o[0][r][d0 + i] = to_float(x[i]);
+        for (int i = 0; i < 8; ++i) sm.o[0][r][d0 + i] = to_float(x[i]);
+      }
     }
+    __syncthreads();
   }
-  __syncthreads();
   if (p.rotary_cos != nullptr && seq.ok) {
     const bool per_row_position = f.window_left >= 0 || f.window_right >= 0;
     const int half = p.rotary_dim / 2;
@@ -237,15 +276,16 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   float o[kD / 8][kC] = {};
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};  // [1] unused when kHalves = 1
   if constexpr (kTma != kLoopRegisters) {
-    // Q's A fragments in registers, dims in natural order (the TMA loop's K comes by ldmatrix).
-    const auto& qf = sm.o[0];
-    uint4 qa[kD / 16];
+    if (!q_direct) {  // the same fragments from the (rotated) float rows
+      const auto& qf = sm.o[0];
 #pragma unroll
-    for (int c = 0; c < kD / 16; ++c) {
-      const int d = 16 * c + 2 * t;
-      qa[c] = make_uint4(pack2<T>(qf[g][d], qf[g][d + 1]), kHalves == 2 ? pack2<T>(qf[g + 8][d], qf[g + 8][d + 1]) : 0u,
-                         pack2<T>(qf[g][d + 8], qf[g][d + 9]),
-                         kHalves == 2 ? pack2<T>(qf[g + 8][d + 8], qf[g + 8][d + 9]) : 0u);
+      for (int c = 0; c < kD / 16; ++c) {
+        const int d = 16 * c + 2 * t;
+        qa[c] = make_uint4(pack2<T>(qf[g][d], qf[g][d + 1]),
+                           kHalves == 2 ? pack2<T>(qf[g + 8][d], qf[g + 8][d + 1]) : 0u,
+                           pack2<T>(qf[g][d + 8], qf[g][d + 9]),
+                           kHalves == 2 ? pack2<T>(qf[g + 8][d + 8], qf[g + 8][d + 9]) : 0u);
+      }
     }
     tma_block_loop<Ring, kHalves, kNewToken>(args, seq, walk, ring, pages, rules, qa, o, m, l, blocks,
                                               new_row_staging);

@@ -34,6 +34,14 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// Brings a tensor map (here a __grid_constant__ kernel parameter) into the TMA unit's descriptor
+// cache ahead of its first load.
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#endif
+}
+
 // One arrival that also tells the barrier to wait for `bytes` of TMA transactions.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
