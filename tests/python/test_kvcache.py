@@ -215,14 +215,18 @@ def test_fixed_num_splits_is_batch_invariant(splits, device):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the cluster merge is a CUDA path")
+@pytest.mark.parametrize("seqlen_new", [1, 0])
 @pytest.mark.parametrize("page_size", [0, 16])
 @pytest.mark.parametrize("splits", [2, 3, 8])
-def test_cluster_merge_matches_combine_bits(splits, page_size, monkeypatch):
+def test_cluster_merge_matches_combine_bits(splits, page_size, seqlen_new, monkeypatch):
     """On compute capability 9.0 the TMA loop merges 2-8 splits inside a cluster, elsewhere the
     combine kernel does; the heuristic picks by batch size, so the two must give the same bits for
-    a fixed num_splits to stay batch-invariant.  Ragged lengths, an empty cache, one new token."""
+    a fixed num_splits to stay batch-invariant.  Ragged lengths, an empty cache, one new token (the
+    kernel appends it) or none (the combine's CTAs then merge their warps through four slots,
+    the cluster's in two steps: split_kernel.cuh)."""
     monkeypatch.setenv("TILEATTN_DECODE_FAMILY", "sm90")
-    opts = dict(DEFAULTS, page_size=page_size, dim=128, heads=32, heads_k=8, splits=splits, seqlen_new=1)
+    opts = dict(DEFAULTS, page_size=page_size, dim=128, heads=32, heads_k=8, splits=splits,
+                seqlen_new=seqlen_new)
     seqlens = torch.tensor([700, 0, 1500, 5], dtype=torch.int32)
     args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=4, capacity=2048, cache_seqlens=seqlens)
     caches = (args["k_cache"].clone(), args["v_cache"].clone())
@@ -231,6 +235,30 @@ def test_cluster_merge_matches_combine_bits(splits, page_size, monkeypatch):
     monkeypatch.setenv("TILEATTN_DECODE_SPLIT_MERGE", "combine")
     out_c, lse_c = tileattn.flash_attn_with_kvcache(**dict(args, k_cache=caches[0], v_cache=caches[1]))
     assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the TMA loops' two Q paths are CUDA's")
+@pytest.mark.parametrize("ring", ["narrow", "wide"])
+@pytest.mark.parametrize("page_size", [0, 256])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_q_alignment_keeps_bits(splits, page_size, ring, monkeypatch):
+    """Without rotary and with q 16-byte aligned, the TMA loops load Q's mma fragments straight from
+    q and merge their warps through four slots; with q misaligned they stage Q in shared memory
+    and merge in two steps (split_kernel.cuh).  Both must give the same bits, and the right ones."""
+    monkeypatch.setenv("TILEATTN_DECODE_FAMILY", "sm90")
+    monkeypatch.setenv("TILEATTN_DECODE_RING", ring)
+    monkeypatch.setenv("TILEATTN_DECODE_SPLIT_MERGE", "combine")
+    opts = dict(DEFAULTS, page_size=page_size, dim=128, heads=32, heads_k=8, splits=splits, seqlen_new=0)
+    seqlens = torch.tensor([700, 0, 1500, 5], dtype=torch.int32)
+    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=4, capacity=2048, cache_seqlens=seqlens)
+    q = args["q"]
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)[1:].view(q.shape)
+    shifted.copy_(q)
+    assert q.data_ptr() % 16 == 0 and shifted.data_ptr() % 16 != 0
+    out_s, lse_s = tileattn.flash_attn_with_kvcache(**dict(args, q=shifted))
+    check_against_reference(opts, torch.bfloat16, args, slot, first, out_s, lse_s)
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    assert torch.equal(out, out_s) and torch.equal(lse, lse_s)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the TMA rings are a CUDA path")

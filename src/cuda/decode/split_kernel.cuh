@@ -24,6 +24,7 @@
 #include "cuda/decode/register_loop.cuh"
 #include "cuda/decode/softmax_step.cuh"
 #include "cuda/decode/tma_block_loop.cuh"
+#include "cuda/decode/warp_merge.cuh"
 
 namespace tileattn::cuda::decode {
 
@@ -175,6 +176,10 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
       q_vec[k] = load8(q_row(r, live), d0, D, args.vector_q, live);
     }
   }
+  // The sequence's bounds after Q's loads.  Behind the direct path's sixteen loads a thread they
+  // come back later (Nsight Compute at 12 x 2k: 27 stall samples at cache_seqlens' first use
+  // against 11 before), but loaded first, with their checks, they held Q's loads back longer:
+  // 1-2% slower at batch 1-16 (perf log, session 57).
   const SequenceKeys seq = sequence_keys(p, b);
 
   // This thread's rows g and g + 8, the keys [vis_lo, vis_hi] any row of the CTA sees and the keys
@@ -318,48 +323,66 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
       sm.m[warp][g] = m[0], sm.l[warp][g] = l[0];
     }
   }
-  __syncthreads();
-  float own_scale[2];  // [1] unread with one row half (kC = 2)
-#pragma unroll
-  for (int k = 0; k < kRowHalves; ++k) {
-    const int r = g + 8 * k;
-    float row_m = -CUDART_INF_F;
-    for (int w = 0; w < kWarps; ++w) row_m = fmaxf(row_m, sm.m[w][r]);
-    own_scale[k] = m[k] == -CUDART_INF_F ? 0.0f : exp2f(m[k] - row_m);
-    if (warp == 0 && t == 0) {
-      float row_l = 0.0f;
-      for (int w = 0; w < kWarps; ++w) {
-        // A warp whose max is still -inf saw no visible key, and its l is 0 -- unless NaN scores
-        // reached it (a NaN in q or k, a page that does not exist: fmaxf drops NaN, so the max
-        // stays -inf while l is NaN).  Adding its l as it is keeps that NaN in the row sum, so
-        // the row comes out NaN instead of passing for one that saw no key (0, or weight 0 in
-        // the combine).
-        row_l += sm.m[w][r] == -CUDART_INF_F ? sm.l[w][r] : exp2f(sm.m[w][r] - row_m) * sm.l[w][r];
-      }
-      sm.row_max[r] = row_m, sm.row_sum[r] = row_l, sm.row_scale[r] = row_l == 0.0f ? 0.0f : 1.0f / row_l;
-    }
-  }
-  // Warps 2 and 3 store their O into halves 0 and 1, then warps 0 and 1 add theirs: out is
-  // (O_0 + O_2) + (O_1 + O_3), the same bits at every batch size for a fixed num_splits.
-  static_assert(kWarps == 4, "two merge halves of two warps each");
-  auto merge = [&](bool add) {
+  // The loops' O fragment orders (register_loop.cuh, tma_block_loop.cuh): o[j][e] is O in row
+  // g + 8 (e / 2), dim o_dim(j, e).
+  auto o_dim = [&](int j, int e) {
+    return kTma ? 8 * j + 2 * t + (e & 1) : 64 * (j / 8) + 8 * (2 * t + (e & 1)) + j % 8;
+  };
+  // Four slots: with at most 8 rows (kHalves = 1) in 16 rows of shared memory, the four warps'
+  // O fit side by side (o viewed as [4][8][kD + 4]), so each warp stores its O unscaled beside
+  // its (m, l), and after one CTA barrier the threads that write the outputs weigh and sum them
+  // (warp_merge.cuh) -- where the two-step merge takes three barriers.  Not where the cluster
+  // merge reads o[0] + o[1] from its peers, nor while o may hold what other warps still read: the
+  // new token's row staged in o[1] (kNewToken), or Q's float rows in o[0], which the TMA loops'
+  // warps read after the staging barrier with no barrier after it (q_direct leaves o unused).
+  constexpr bool kFourSlotsFit = kHalves == 1 && kSmemRows == kRows && !kNewToken;
+  const bool four_slots = kFourSlotsFit && !(kTma && args.cluster_merge) && (kTma == kLoopRegisters || q_direct);
+  auto& slot4 = *reinterpret_cast<float(*)[kWarps][8][kD + 4]>(&sm.o[0][0][0]);
+  if (four_slots) {
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
 #pragma unroll
-      for (int e = 0; e < kC; ++e) {
-        // The loops' O fragment orders (register_loop.cuh, tma_block_loop.cuh).
-        const int r = g + 8 * (e / 2);
-        const int d = kTma ? 8 * j + 2 * t + (e & 1) : 64 * (j / 8) + 8 * (2 * t + (e & 1)) + j % 8;
-        const float x = o[j][e] * own_scale[e / 2];
-        float& slot = sm.o[warp % 2][r][d];
-        slot = add ? slot + x : x;
-      }
+      for (int e = 0; e < kC; ++e) slot4[warp][g][o_dim(j, e)] = o[j][e];  // kC = 2: row g only
     }
+  }
+  __syncthreads();
+  if (!four_slots) {
+    // Warps 2 and 3 store their scaled O into halves 0 and 1, then warps 0 and 1 add theirs: out
+    // is (O_0 + O_2) + (O_1 + O_3), the same bits at every batch size for a fixed num_splits.
+    static_assert(kWarps == 4, "two merge halves of two warps each");
+    float own_weight[2];  // [1] unread with one row half (kC = 2)
+#pragma unroll
+    for (int k = 0; k < kRowHalves; ++k) {
+      const int r = g + 8 * k;
+      const MergedRow row = merged_row(sm, r);
+      own_weight[k] = warp_weight(sm, warp, r, row.max);
+      if (warp == 0 && t == 0) sm.row_max[r] = row.max, sm.row_sum[r] = row.sum, sm.row_scale[r] = row.scale;
+    }
+    auto merge = [&](bool add) {
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < kC; ++e) {
+          merge_into_half(sm.o[warp % 2][g + 8 * (e / 2)][o_dim(j, e)], o[j][e], own_weight[e / 2], add);
+        }
+      }
+    };
+    if (warp >= 2) merge(false);
+    __syncthreads();
+    if (warp < 2) merge(true);
+    __syncthreads();
+  }
+  // Row r's statistics, and its merged O at dim d (`weight`: the warps' weights in the row, read
+  // with four slots only), from either merge.
+  auto row_stats = [&](int r) {
+    return four_slots ? merged_row(sm, r) : MergedRow{sm.row_max[r], sm.row_sum[r], sm.row_scale[r]};
   };
-  if (warp >= 2) merge(false);
-  __syncthreads();
-  if (warp < 2) merge(true);
-  __syncthreads();
+  auto merged_o = [&](int r, int d, const float (&weight)[kWarps]) {
+    if constexpr (kFourSlotsFit) {
+      if (four_slots) return four_slot_sum(slot4, r, d, weight);
+    }
+    return __fadd_rn(sm.o[0][r][d], sm.o[1][r][d]);
+  };
 
   const QuerySlots slots = query_slots(f, b);  // where the outputs go
   // The splits of a cluster launch (args.cluster_merge: the TMA loop, 2-8 splits) merge in
@@ -382,12 +405,17 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   for (int e = threadIdx.x; e < rows_here * kQuads; e += kThreads) {
     const int r = e / kQuads, d0 = e % kQuads * 4, h = head_of(r), i = qrow_of(r);
     if (d0 >= D) continue;
-    const float scale = sm.row_scale[r];
+    const MergedRow row = row_stats(r);
+    float weight[kWarps] = {};
+    if (four_slots) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) weight[w] = warp_weight(sm, w, r, row.max);
+    }
     float x[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int d = d0 + c;  // < kD: kD is a multiple of 64
-      x[c] = split_partial_o(seq.ok, scale, sm.o[0][r][d] + sm.o[1][r][d]);
+      x[c] = split_partial_o(seq.ok, row.scale, merged_o(r, d, weight));
     }
     if (final_output) {
       if (!slots.live(i)) continue;
@@ -412,7 +440,8 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   if (threadIdx.x < rows_here) {
     const int r = threadIdx.x, h = head_of(r), i = qrow_of(r);
     // A split's LSE is -inf when it saw no key; the output's +inf.
-    const float lse = split_partial_lse(seq.ok, sm.row_max[r], sm.row_sum[r]);
+    const MergedRow row = row_stats(r);
+    const float lse = split_partial_lse(seq.ok, row.max, row.sum);
     if (final_output) {
       if (slots.live(i)) f.softmax_lse[slots.lse_offset(f, i, h)] = lse == -CUDART_INF_F ? CUDART_INF_F : lse;
     } else {
