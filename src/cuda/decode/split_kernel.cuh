@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   // barrier and no conversions on the way to the first block (D == kD there, and vector_q makes
   // every word aligned).  Rotary needs the float rows, and the register loop its own order.
   // With the ring set up and the tensor maps prefetched before griddepcontrol.wait (above), this
-  // took 1 x 2k-8k +2-4%, 8 x 2k +1.4% (pages of 16 +5%), 16 x 2k +1% on an H100, the rest level
-  // (bench/results/h100-decode-fixed-work-ab-2026-12-05-session57.txt).
+  // took 1 x 2k-8k and 8 x 2k +1-1.5% (pages of 16 up to +4%), 12-16 x 2k +0.5% on an H100, the
+  // rest level (bench/results/h100-decode-fixed-work-ab-2026-12-05-session57.txt).
   [[maybe_unused]] const bool q_direct = kTma != kLoopRegisters && p.rotary_cos == nullptr && args.vector_q;
   [[maybe_unused]] uint4 qa[kD / 16];
   uint4 q_vec[kQVectors];
