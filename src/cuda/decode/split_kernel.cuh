@@ -350,12 +350,12 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
     // Warps 2 and 3 store their scaled O into halves 0 and 1, then warps 0 and 1 add theirs: out
     // is (O_0 + O_2) + (O_1 + O_3), the same bits at every batch size for a fixed num_splits.
     static_assert(kWarps == 4, "two merge halves of two warps each");
-    float own_weight[2];  // [1] unread with one row half (kC = 2)
+    float weight[2];  // this warp's in rows g and g + 8; [1] unread with one row half (kC = 2)
 #pragma unroll
     for (int k = 0; k < kRowHalves; ++k) {
       const int r = g + 8 * k;
       const MergedRow row = merged_row(sm, r);
-      own_weight[k] = warp_weight(sm, warp, r, row.max);
+      weight[k] = own_weight(row, warp);
       if (warp == 0 && t == 0) sm.row_max[r] = row.max, sm.row_sum[r] = row.sum, sm.row_scale[r] = row.scale;
     }
     auto merge = [&](bool add) {
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
       for (int j = 0; j < kD / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < kC; ++e) {
-          merge_into_half(sm.o[warp % 2][g + 8 * (e / 2)][o_dim(j, e)], o[j][e], own_weight[e / 2], add);
+          merge_into_half(sm.o[warp % 2][g + 8 * (e / 2)][o_dim(j, e)], o[j][e], weight[e / 2], add);
         }
       }
     };
@@ -372,14 +372,14 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
     if (warp < 2) merge(true);
     __syncthreads();
   }
-  // Row r's statistics, and its merged O at dim d (`weight`: the warps' weights in the row, read
-  // with four slots only), from either merge.
+  // Row r's statistics (the weights with four slots only), and its merged O at dim d, from either
+  // merge.
   auto row_stats = [&](int r) {
-    return four_slots ? merged_row(sm, r) : MergedRow{sm.row_max[r], sm.row_sum[r], sm.row_scale[r]};
+    return four_slots ? merged_row(sm, r) : MergedRow{sm.row_max[r], sm.row_sum[r], sm.row_scale[r], {}};
   };
-  auto merged_o = [&](int r, int d, const float (&weight)[kWarps]) {
+  auto merged_o = [&](int r, int d, const MergedRow& stats) {
     if constexpr (kFourSlotsFit) {
-      if (four_slots) return four_slot_sum(slot4, r, d, weight);
+      if (four_slots) return four_slot_sum(slot4, r, d, stats.weight);
     }
     return __fadd_rn(sm.o[0][r][d], sm.o[1][r][d]);
   };
@@ -405,17 +405,21 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
   for (int e = threadIdx.x; e < rows_here * kQuads; e += kThreads) {
     const int r = e / kQuads, d0 = e % kQuads * 4, h = head_of(r), i = qrow_of(r);
     if (d0 >= D) continue;
-    const MergedRow row = row_stats(r);
-    float weight[kWarps] = {};
-    if (four_slots) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) weight[w] = warp_weight(sm, w, r, row.max);
-    }
+    const MergedRow stats = row_stats(r);
     float x[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int d = d0 + c;  // < kD: kD is a multiple of 64
-      x[c] = split_partial_o(seq.ok, row.scale, merged_o(r, d, weight));
+      x[c] = split_partial_o(seq.ok, stats.scale, merged_o(r, d, stats));
+    }
+    if (d0 == 0) {  // the row's first thread writes its LSE with the statistics it holds
+      // A split's LSE is -inf when it saw no key; the output's +inf.
+      const float lse = split_partial_lse(seq.ok, stats.max, stats.sum);
+      if (!final_output) {
+        args.lse_partial[split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i] = lse;
+      } else if (slots.live(i)) {
+        f.softmax_lse[slots.lse_offset(f, i, h)] = lse == -CUDART_INF_F ? CUDART_INF_F : lse;
+      }
     }
     if (final_output) {
       if (!slots.live(i)) continue;
@@ -435,17 +439,6 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
           if (d0 + c < D) partial[c] = x[c];
         }
       }
-    }
-  }
-  if (threadIdx.x < rows_here) {
-    const int r = threadIdx.x, h = head_of(r), i = qrow_of(r);
-    // A split's LSE is -inf when it saw no key; the output's +inf.
-    const MergedRow row = row_stats(r);
-    const float lse = split_partial_lse(seq.ok, row.max, row.sum);
-    if (final_output) {
-      if (slots.live(i)) f.softmax_lse[slots.lse_offset(f, i, h)] = lse == -CUDART_INF_F ? CUDART_INF_F : lse;
-    } else {
-      args.lse_partial[split * split_rows + (static_cast<int64_t>(b) * f.num_heads + h) * Sq + i] = lse;
     }
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

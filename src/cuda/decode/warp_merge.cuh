@@ -16,30 +16,40 @@
 namespace tileattn::cuda::decode {
 
 struct MergedRow {
-  float max, sum, scale;  // M, L, and 1 / L (0 for a row that saw no key)
+  float max, sum, scale;   // M, L, and 1 / L (0 for a row that saw no key)
+  float weight[kWarps];    // each warp's 2^(m_w - M), 0 for a warp that saw no visible key
 };
 
-// Warp w's weight 2^(m_w - M) in row r; 0 for a warp that saw no visible key.
-template <typename Smem>
-__device__ __forceinline__ float warp_weight(const Smem& sm, int w, int r, float row_max) {
-  const float m = sm.m[w][r];
-  return m == -CUDART_INF_F ? 0.0f : exp2f(m - row_max);
-}
-
+// Row r's statistics and the warps' weights, each exp2f once.
 template <typename Smem>
 __device__ __forceinline__ MergedRow merged_row(const Smem& sm, int r) {
-  float row_max = -CUDART_INF_F;
-  for (int w = 0; w < kWarps; ++w) row_max = fmaxf(row_max, sm.m[w][r]);
-  float row_sum = 0.0f;
+  MergedRow row;
+  row.max = -CUDART_INF_F;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) row.max = fmaxf(row.max, sm.m[w][r]);
+  row.sum = 0.0f;
+#pragma unroll
   for (int w = 0; w < kWarps; ++w) {
     // A warp whose max is still -inf saw no visible key, and its l is 0 -- unless NaN scores
     // reached it (a NaN in q or k, a page that does not exist: fmaxf drops NaN, so the max stays
     // -inf while l is NaN).  Adding its l as it is keeps that NaN in the row sum, so the row
     // comes out NaN instead of passing for one that saw no key (0, or weight 0 in the combine).
     const float m = sm.m[w][r], l = sm.l[w][r];
-    row_sum = __fadd_rn(row_sum, m == -CUDART_INF_F ? l : __fmul_rn(exp2f(m - row_max), l));
+    const bool none = m == -CUDART_INF_F;
+    row.weight[w] = none ? 0.0f : exp2f(m - row.max);
+    row.sum = __fadd_rn(row.sum, none ? l : __fmul_rn(row.weight[w], l));
   }
-  return {row_max, row_sum, row_sum == 0.0f ? 0.0f : 1.0f / row_sum};
+  row.scale = row.sum == 0.0f ? 0.0f : 1.0f / row.sum;
+  return row;
+}
+
+// Warp `warp`'s weight in a row, selected without indexing the array by a runtime value (which
+// would put it in local memory).
+__device__ __forceinline__ float own_weight(const MergedRow& row, int warp) {
+  float weight = row.weight[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) weight = warp == w ? row.weight[w] : weight;
+  return weight;
 }
 
 // The halves' sums of the two-step merge: warps 2 and 3 store x_w = O_w 2^(m_w - M) (add false),
