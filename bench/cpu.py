@@ -2,11 +2,12 @@
 fused flash kernel), measured in the same run.
 
 GFLOP/s by FlashAttention's count: forward 4 B H S^2 D (halved when causal), backward 2.5x that.
-The backward time is (forward + backward) - forward, for both libraries.  Writes a CSV under
+The backward time is (forward + backward) - forward, for both libraries; each is the median of
+--repeats rounds that time every impl in turn.  Writes a CSV under
 bench/results/ with the machine, date and commit, and prints a table.
 
     python3 bench/cpu.py                       # the full sweep (B=1, H=8, D 64/128, S 1k-4k)
-    python3 bench/cpu.py --seqlens 1024 --quick
+    python3 bench/cpu.py --seqlens 1024 --headdims 64 --dtypes bfloat16
     python3 bench/cpu.py --impls tileattn tileattn-sgemm torch   # bf16 on AMX and on sgemm
 `tileattn-sgemm` is tileattn with TILEATTN_CPU_AMX=off: its bf16 products on float32 sgemm, as on
 CPUs without AMX-BF16 (on those, and for float32, it is the same as `tileattn`).
@@ -28,16 +29,6 @@ import torch.nn.functional as F
 import tileattn
 
 
-def median_seconds(fn, repeats):
-    fn()  # warm-up: thread pools, first-touch of buffers
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 IMPLS = ("tileattn", "tileattn-sgemm", "torch")
 
 
@@ -56,8 +47,8 @@ def products_of(impl):
             os.environ["TILEATTN_CPU_AMX"] = saved
 
 
-def measure(impl, q, k, v, dout, causal, repeats):
-    """(forward seconds, backward seconds) for impl in IMPLS."""
+def calls_of(impl, q, k, v, dout, causal):
+    """impl's (forward only, forward + backward) calls."""
     if impl.startswith("tileattn"):
         def forward():
             return tileattn.flash_attn_func(q, k, v, causal=causal)
@@ -75,10 +66,38 @@ def measure(impl, q, k, v, dout, causal, repeats):
         q.grad = k.grad = v.grad = None
         forward().backward(dout)
 
-    with products_of(impl):
-        t_fwd = median_seconds(forward_only, repeats)
-        t_both = median_seconds(forward_backward, repeats)
-    return t_fwd, max(t_both - t_fwd, 1e-9)
+    return forward_only, forward_backward
+
+
+def interleaved_medians(calls, repeats, context=lambda name: contextlib.nullcontext()):
+    """{name: median seconds of calls[name]()} over `repeats` rounds, each round timing every call
+    once in turn, after one warm-up call each (thread pools, first touch of buffers).  Interleaved
+    rather than one call's repeats after another's, so that a slow spell of a shared machine (runs
+    on the 2-core VMs this was tuned on differ by 10-30%) lands on every call alike instead of on
+    whichever ran through it.  context(name) wraps each of name's calls."""
+    def seconds(name):
+        with context(name):
+            start = time.perf_counter()
+            calls[name]()
+            return time.perf_counter() - start
+
+    for name in calls:
+        seconds(name)
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name in calls:
+            times[name].append(seconds(name))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def measure(impls, q, k, v, dout, causal, repeats):
+    """{impl: (forward seconds, backward seconds)}, each impl's forward and forward + backward
+    timed in the same interleaved rounds."""
+    calls = {}
+    for impl in impls:
+        calls[(impl, "fwd")], calls[(impl, "both")] = calls_of(impl, q, k, v, dout, causal)
+    t = interleaved_medians(calls, repeats, context=lambda name: products_of(name[0]))
+    return {impl: (t[(impl, "fwd")], max(t[(impl, "both")] - t[(impl, "fwd")], 1e-9)) for impl in impls}
 
 
 def git_commit():
@@ -103,10 +122,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seqlens", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--headdims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"],
+                        choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="rounds, each timing every impl once")
     parser.add_argument("--impls", nargs="+", choices=IMPLS, default=["tileattn", "torch"])
     parser.add_argument("--out", default=None, help="CSV path (default bench/results/cpu-<date>.csv)")
     args = parser.parse_args()
@@ -133,9 +153,10 @@ def main():
                     q, k, v = (torch.randn(shape, dtype=dtype, requires_grad=True) for _ in range(3))
                     dout = torch.randn(shape, dtype=dtype)
                     flops = 4 * args.batch * args.heads * s * s * d / (2 if causal else 1)
+                    seconds = measure(args.impls, q, k, v, dout, causal, args.repeats)
                     result = {}
                     for impl in args.impls:
-                        t_fwd, t_bwd = measure(impl, q, k, v, dout, causal, args.repeats)
+                        t_fwd, t_bwd = seconds[impl]
                         result[impl] = (flops / t_fwd / 1e9, 2.5 * flops / t_bwd / 1e9)
                         rows.append(dict(machine=machine, date=date, commit=commit,
                                          torch=torch.__version__, threads=threads, impl=impl,

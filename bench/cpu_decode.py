@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import environment  # noqa: E402
-from bench.cpu import cpu_name, median_seconds, write_rows  # noqa: E402
+from bench.cpu import cpu_name, interleaved_medians, write_rows  # noqa: E402
 from bench.paged_varlen_step import decode_step  # noqa: E402
 
 import tileattn  # noqa: E402
@@ -94,7 +94,7 @@ def main():
         calls = {"tileattn": ours, "sdpa": sdpa}
         if args.paged_varlen:
             calls.update(paged_varlen_calls(q, k_cache, v_cache, args.paged_varlen))
-        times = {impl: median_seconds(fn, args.repeats) for impl, fn in calls.items()}
+        times = interleaved_medians(calls, args.repeats)
         print(f"{text:>20} | " + " | ".join(f"{times[impl] * 1e3:18.2f} {kv_bytes / times[impl] / 1e9:7.1f}"
                                             for impl in impls))
         for impl, seconds in times.items():
