@@ -350,13 +350,18 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
     // Warps 2 and 3 store their scaled O into halves 0 and 1, then warps 0 and 1 add theirs: out
     // is (O_0 + O_2) + (O_1 + O_3), the same bits at every batch size for a fixed num_splits.
     static_assert(kWarps == 4, "two merge halves of two warps each");
+    // Each thread needs only its own warp's weight, from its m (the value it stored in sm.m):
+    // one exp2f, the same bits merged_row gives that warp.  The row sum, with all four weights,
+    // is taken once a row, by warp 0's first thread.
     float weight[2];  // this warp's in rows g and g + 8; [1] unread with one row half (kC = 2)
 #pragma unroll
     for (int k = 0; k < kRowHalves; ++k) {
       const int r = g + 8 * k;
-      const MergedRow row = merged_row(sm, r);
-      weight[k] = own_weight(row, warp);
-      if (warp == 0 && t == 0) sm.row_max[r] = row.max, sm.row_sum[r] = row.sum, sm.row_scale[r] = row.scale;
+      weight[k] = warp_weight(m[k], merged_max(sm, r));
+      if (warp == 0 && t == 0) {
+        const MergedRow row = merged_row(sm, r);
+        sm.row_max[r] = row.max, sm.row_sum[r] = row.sum, sm.row_scale[r] = row.scale;
+      }
     }
     auto merge = [&](bool add) {
 #pragma unroll

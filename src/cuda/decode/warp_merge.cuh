@@ -20,13 +20,25 @@ struct MergedRow {
   float weight[kWarps];    // each warp's 2^(m_w - M), 0 for a warp that saw no visible key
 };
 
+// M of row r, the warps' maxima taken in warp order.
+template <typename Smem>
+__device__ __forceinline__ float merged_max(const Smem& sm, int r) {
+  float max = -CUDART_INF_F;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) max = fmaxf(max, sm.m[w][r]);
+  return max;
+}
+
+// A warp's weight 2^(m_w - M) in a row, 0 where it saw no visible key (m_w = -inf).
+__device__ __forceinline__ float warp_weight(float warp_max, float row_max) {
+  return warp_max == -CUDART_INF_F ? 0.0f : exp2f(warp_max - row_max);
+}
+
 // Row r's statistics and the warps' weights, each exp2f once.
 template <typename Smem>
 __device__ __forceinline__ MergedRow merged_row(const Smem& sm, int r) {
   MergedRow row;
-  row.max = -CUDART_INF_F;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) row.max = fmaxf(row.max, sm.m[w][r]);
+  row.max = merged_max(sm, r);
   row.sum = 0.0f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) {
@@ -36,20 +48,11 @@ __device__ __forceinline__ MergedRow merged_row(const Smem& sm, int r) {
     // comes out NaN instead of passing for one that saw no key (0, or weight 0 in the combine).
     const float m = sm.m[w][r], l = sm.l[w][r];
     const bool none = m == -CUDART_INF_F;
-    row.weight[w] = none ? 0.0f : exp2f(m - row.max);
+    row.weight[w] = warp_weight(m, row.max);
     row.sum = __fadd_rn(row.sum, none ? l : __fmul_rn(row.weight[w], l));
   }
   row.scale = row.sum == 0.0f ? 0.0f : 1.0f / row.sum;
   return row;
-}
-
-// Warp `warp`'s weight in a row, selected without indexing the array by a runtime value (which
-// would put it in local memory).
-__device__ __forceinline__ float own_weight(const MergedRow& row, int warp) {
-  float weight = row.weight[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) weight = warp == w ? row.weight[w] : weight;
-  return weight;
 }
 
 // The halves' sums of the two-step merge: warps 2 and 3 store x_w = O_w 2^(m_w - M) (add false),
