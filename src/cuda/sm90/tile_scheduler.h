@@ -73,8 +73,7 @@ struct TileScheduler {
   int group_rounds_log2;  // log2 of the rounds in a group (1 or 2) when rotation != 0
   // Staggered halves (0: off): half the grid's CTAs; then group_pairs is a half-group's.
   int half;
-  int num_groups;          // (half-)groups, the last possibly partial
-  int second_half_groups;  // the second half's: its parity's groups below num_groups - 1
+  int num_groups;  // (half-)groups, the last possibly partial
   FastDivisor by_group_tiles;  // group_pairs * num_m_blocks
   FastDivisor by_group_pairs;  // group_pairs
   FastDivisor by_last_pairs;   // the last group's pairs (fewer when groups do not divide num_pairs)
@@ -133,8 +132,6 @@ struct TileScheduler {
     if (group > s.num_pairs) group = s.num_pairs;
     s.group_pairs = static_cast<int>(group);
     s.num_groups = (s.num_pairs + s.group_pairs - 1) / s.group_pairs;
-    // The second half takes the groups of the other parity than the last group's.
-    s.second_half_groups = s.num_groups / 2;
     s.num_tiles = num_m_blocks * s.num_pairs;
     s.longest_first = longest_first;
     s.by_group_tiles = FastDivisor::make(s.group_pairs * num_m_blocks);
@@ -181,6 +178,9 @@ struct TileScheduler {
     } else if (round == 0) {
       rank = 0, phase = 1, group = 1 - first_parity;
     } else {
+      // The second half takes the groups of the other parity than the last group's: num_groups / 2
+      // of them below num_groups - 1.
+      const int second_half_groups = num_groups >> 1;
       const int t = round - 1;
       rank = (t >> 1) + 1;
       phase = t & 1;
