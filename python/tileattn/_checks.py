@@ -15,6 +15,12 @@ from ._ffi import BackendError, DtypeError, InvalidArgumentError
 
 _HALF = (torch.float16, torch.bfloat16)
 INT32_MAX = 2**31 - 1  # the library's sizes, windows and counts are int32 (include/tileattn/tileattn.h)
+MAX_HEAD_DIM = 256
+# The library holds softmax_scale and softcap as float32.  A positive value below float32's
+# smallest normal number would reach it as 0 or a subnormal (0 means "the default scale", and a
+# softcap of 0 is "off"; the kernels flush subnormals to 0), one above its largest as inf.
+_FLOAT32_MIN_NORMAL = 2.0 ** -126
+_FLOAT32_MAX = (2 - 2.0 ** -23) * 2.0 ** 127
 _SDPA_HINT = (". This looks like PyTorch SDPA's (batch, nheads, seqlen, headdim) layout; "
               "flash-attn functions take (batch, seqlen, nheads, headdim): pass "
               "q.transpose(1, 2) etc.")
@@ -68,6 +74,10 @@ class Checker:
               or math.isinf(softmax_scale)):
             self.fail(InvalidArgumentError, "softmax_scale",
                       f"must be a finite positive float or None, got {softmax_scale!r}")
+        elif not _FLOAT32_MIN_NORMAL <= softmax_scale <= _FLOAT32_MAX:
+            self.fail(InvalidArgumentError, "softmax_scale",
+                      f"{softmax_scale!r} is outside float32's normal range "
+                      f"[{_FLOAT32_MIN_NORMAL:.4g}, {_FLOAT32_MAX:.4g}], in which tileattn holds it")
         if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
                 or not all(isinstance(w, int) and not isinstance(w, bool) for w in window_size)):
             self.fail(InvalidArgumentError, "window_size",
@@ -79,8 +89,13 @@ class Checker:
         # The library holds windows in 32 bits.  A window of INT32_MAX is already wider than any
         # sequence, so a larger one means the same and is clamped rather than let wrap around.
         left, right = min(left, INT32_MAX), min(right, INT32_MAX)
-        if not isinstance(softcap, (int, float)) or softcap < 0:
-            self.fail(InvalidArgumentError, "softcap", f"must be >= 0 (0 = off), got {softcap!r}")
+        if not isinstance(softcap, (int, float)) or not softcap >= 0 or math.isinf(softcap):
+            self.fail(InvalidArgumentError, "softcap", f"must be finite and >= 0 (0 = off), got {softcap!r}")
+        if softcap != 0 and not _FLOAT32_MIN_NORMAL <= softcap <= _FLOAT32_MAX:
+            self.fail(InvalidArgumentError, "softcap",
+                      f"{softcap!r} is outside float32's normal range "
+                      f"[{_FLOAT32_MIN_NORMAL:.4g}, {_FLOAT32_MAX:.4g}], in which tileattn holds it "
+                      "(0 turns softcap off)")
         return float(dropout_p), float(softmax_scale), left, right, float(softcap)
 
     def heads(self, q, k, v, names, seq_dim):
@@ -111,6 +126,9 @@ class Checker:
                       f"shape {tuple(v.shape)} differs from {nk}'s {tuple(k.shape)}" + hint())
         if head_dim == 0:
             self.fail(InvalidArgumentError, nq, f"head dim is 0 (shape {tuple(q.shape)})")
+        if head_dim > MAX_HEAD_DIM:
+            self.fail(InvalidArgumentError, nq,
+                      f"head dim {head_dim} is above the {MAX_HEAD_DIM} tileattn supports (shape {tuple(q.shape)})")
         num_heads, num_heads_k = q.shape[-2], k.shape[-2]
         if num_heads_k == 0 or num_heads % num_heads_k != 0:
             self.fail(InvalidArgumentError, nk,

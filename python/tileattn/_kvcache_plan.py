@@ -16,6 +16,7 @@ path.
 import torch
 
 from . import _ffi, _ops
+from ._checks import INT32_MAX
 from ._plans import (Plans, call_with_workspace, empty_like_shape, fill_call, on_other_device,
                      tensor_key, traced)
 
@@ -68,6 +69,8 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     if on_cuda and on_other_device(q):
         return None
     if isinstance(cache_seqlens, int):  # as the full path takes it
+        if not 0 <= cache_seqlens <= INT32_MAX:
+            return None  # the full path names cache_seqlens
         batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
     out = _ops._new_output(q)

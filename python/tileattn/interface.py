@@ -363,6 +363,10 @@ def flash_attn_with_kvcache(
         if max_seqlen_q is None:
             check.fail(InvalidArgumentError, "max_seqlen_q", "is required with cu_seqlens_q")
         max_seqlen_q = check.seqlen(max_seqlen_q, "max_seqlen_q")
+        if isinstance(max_seqlen_q, int):
+            # An upper bound on a sequence's rows; no sequence has more than all of q's rows, and
+            # the kernels' work (and the CPU's buffers) grow with the bound given.
+            max_seqlen_q = min(max_seqlen_q, max(q.shape[0], 1))
         for name, x in (("k", k), ("rotary_cos", rotary_cos)):
             if x is not None:
                 check.fail(InvalidArgumentError, name,
@@ -392,11 +396,19 @@ def flash_attn_with_kvcache(
         check.fail(InvalidArgumentError, "rotary_sin" if rotary_sin is None else "rotary_cos",
                    "rotary_cos and rotary_sin must be given together")
     if rotary_cos is not None:
+        check.tensor(rotary_cos, "rotary_cos")
+        check.tensor(rotary_sin, "rotary_sin")
         tensors += [("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)]
         if rotary_cos.dim() != 2 or rotary_sin.shape != rotary_cos.shape:
             check.fail(InvalidArgumentError, "rotary_cos", "rotary_cos and rotary_sin must both "
                        f"be (seqlen_ro, rotary_dim / 2); got {tuple(rotary_cos.shape)} and "
                        f"{tuple(rotary_sin.shape)}")
+        # The library takes a NULL table as "no rotary", and an empty tensor's data pointer is
+        # NULL: an empty table would silently turn rotary off.
+        if rotary_cos.numel() == 0:
+            check.fail(InvalidArgumentError, "rotary_cos",
+                       f"is empty (shape {tuple(rotary_cos.shape)}); give (seqlen_ro, rotary_dim / 2) "
+                       "tables, or None for no rotary")
     check.dtype_and_device(tensors)
     check.heads(q, k_cache, v_cache, ("q", "k_cache", "v_cache"), seq_dim=0)
     batch = cu_seqlens_q.shape[0] - 1 if packed else q.shape[0]
@@ -412,9 +424,15 @@ def flash_attn_with_kvcache(
     for name, x, shape in index_tensors:
         if x is not None:
             check.int32_tensor(x, name, q.device, shape)
-    if block_table is not None and (block_table.dim() != 2 or block_table.stride(1) != 1):
+    if block_table is not None and (block_table.dim() != 2
+                                    or (block_table.shape[1] > 1 and block_table.stride(1) != 1)):
         check.fail(InvalidArgumentError, "block_table",
                    f"must be a row-contiguous (batch, max_blocks) matrix, got {tuple(block_table.shape)}")
+    # As for rotary tables: an empty block table's NULL data pointer would read as "not paged".
+    if block_table is not None and block_table.numel() == 0 and batch > 0:
+        check.fail(InvalidArgumentError, "block_table",
+                   f"is empty (shape {tuple(block_table.shape)}) for {batch} sequences; a paged "
+                   "cache needs a (batch, max_blocks) table with max_blocks >= 1")
     given = (cache_seqlens, cache_batch_idx, cache_leftpad)
     cache_seqlens, cache_batch_idx, cache_leftpad = (
         None if x is None else x.contiguous() for x in given)

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -224,6 +225,17 @@ void check_options(const ForwardParams& p) {
   }
   if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap)) {
     invalid("softcap", "softcap is ", p.softcap, "; it must be finite and >= 0 (0 = off)");
+  }
+  // The kernels multiply scores by softmax_scale / softcap and flush subnormal floats to 0, so a
+  // positive softcap must be a normal float and leave that quotient finite (softcap 1e-40 would
+  // be inf on the CPU and off on the GPU).
+  if (p.softcap > 0.0f) {
+    const float scale = p.softmax_scale != 0.0f ? p.softmax_scale
+                                                : 1.0f / std::sqrt(static_cast<float>(std::max(p.head_dim, 1)));
+    if (p.softcap < std::numeric_limits<float>::min() || !std::isfinite(scale / p.softcap)) {
+      invalid("softcap", "softcap is ", p.softcap, "; with softmax_scale ", scale,
+              " it must be a normal float that leaves softmax_scale / softcap finite");
+    }
   }
   if (!(p.dropout_p >= 0.0f && p.dropout_p < 1.0f)) {
     invalid("dropout_p", "dropout_p is ", p.dropout_p, "; it must be in [0, 1)");

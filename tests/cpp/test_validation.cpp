@@ -139,6 +139,13 @@ TEST(Validation, Options) {
   expect_forward_error([](Valid& v) { v.f.dropout_p = std::nanf(""); }, "dropout_p");
   expect_forward_error([](Valid& v) { v.f.softcap = -1.0f; }, "softcap");
   expect_forward_error([](Valid& v) { v.f.softcap = std::numeric_limits<float>::infinity(); }, "softcap");
+  expect_forward_error([](Valid& v) { v.f.softcap = std::numeric_limits<float>::denorm_min(); }, "softcap");
+  expect_forward_error(
+      [](Valid& v) {
+        v.f.softcap = 1e-30f;
+        v.f.softmax_scale = 1e10f;
+      },
+      "softcap");
   expect_forward_error([](Valid& v) { v.f.softmax_scale = std::nanf(""); }, "softmax_scale");
   expect_forward_error([](Valid& v) { v.f.num_threads = -1; }, "num_threads");
   expect_forward_error(

@@ -348,6 +348,13 @@ def test_kvcache_compiles_fullgraph(device):
     (lambda a: a.update(k=a["k_cache"][:, 3:4]), "k_cache"),
     # Two sequences appending into one cache entry (the library checks this on the CPU).
     (lambda a: a.update(cache_batch_idx=torch.tensor([1, 1], dtype=torch.int32)), "cache_batch_idx"),
+    # Empty tables have a NULL data pointer, which the library would read as "not given".
+    (lambda a: a.update(block_table=torch.empty(2, 0, dtype=torch.int32)), "block_table"),
+    (lambda a: a.update(rotary_cos=torch.empty(0, 8, dtype=torch.bfloat16),
+                        rotary_sin=torch.empty(0, 8, dtype=torch.bfloat16)), "rotary_cos"),
+    (lambda a: a.update(rotary_cos=[[1.0] * 8] * 80, rotary_sin=torch.zeros(80, 8, dtype=torch.bfloat16)),
+     "rotary_cos"),
+    (lambda a: a.update(softcap=1e-46), "softcap"),
 ])
 def test_kvcache_bad_input(breaks, argument):
     args = dict(q=torch.randn(2, 1, 4, 32, dtype=torch.bfloat16),
@@ -360,6 +367,30 @@ def test_kvcache_bad_input(breaks, argument):
     with pytest.raises((ValueError, TypeError, RuntimeError)) as info:
         tileattn.flash_attn_with_kvcache(**args)
     assert argument in str(info.value)
+
+
+def test_repeated_call_checks_an_int_cache_seqlens():
+    """The repeat-call plan (_kvcache_plan.py) takes an int cache_seqlens without the full path's
+    checks: one past int32 must still raise naming it, not overflow in torch."""
+    q = torch.randn(2, 1, 4, 32, dtype=torch.bfloat16)
+    k_cache, v_cache = torch.randn(2, 64, 2, 32, dtype=torch.bfloat16), torch.randn(2, 64, 2, 32, dtype=torch.bfloat16)
+    tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=3)
+    for bad in (2**31, -1):
+        with pytest.raises(ValueError) as info:
+            tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=bad)
+        assert info.value.argument == "cache_seqlens", str(info.value)
+
+
+def test_block_table_of_one_column_takes_any_column_stride():
+    """A (batch, 1) block table's column stride is never used: a column sliced out of a wider
+    table (strides (2, 2)) reads like its contiguous copy."""
+    q = torch.randn(2, 1, 4, 32)
+    pages = torch.randn(4, 16, 2, 32), torch.randn(4, 16, 2, 32)
+    table = torch.tensor([[2, 0], [1, 3]], dtype=torch.int32)[:, ::2]
+    seqlens = torch.tensor([5, 16], dtype=torch.int32)
+    got = tileattn.flash_attn_with_kvcache(q, *pages, cache_seqlens=seqlens, block_table=table)
+    expect = tileattn.flash_attn_with_kvcache(q, *pages, cache_seqlens=seqlens, block_table=table.contiguous())
+    assert table.stride() == (2, 2) and torch.equal(got, expect)
 
 
 def test_caches_in_one_buffer(device):

@@ -81,7 +81,7 @@ def test_packed_rows_against_float64(device, cache, mask):
 
 
 @pytest.mark.parametrize("option", ["batch_idx", "leftpad", "softcap_alibi", "alibi_per_sequence", "mqa",
-                                    "loose_max_seqlen_q"])
+                                    "loose_max_seqlen_q", "int32_max_seqlen_q"])
 def test_packed_rows_options(device, option):
     rows, seqlens = [2, 4, 1], [120, 33, 256]
     kwargs = {}
@@ -95,8 +95,10 @@ def test_packed_rows_options(device, option):
         kwargs = dict(alibi_slopes=torch.rand(3, 8, device=device) * 0.3, window_size=(30, 0))
     elif option == "mqa":
         kwargs = dict(heads=7, heads_k=1, dim=40, causal=True)
-    else:
+    elif option == "loose_max_seqlen_q":
         kwargs = dict(max_seqlen_q=9, causal=True)
+    else:  # a bound no sequence can reach: the work is sized by q's rows, not by it
+        kwargs = dict(max_seqlen_q=2**31 - 1, causal=True)
     for dtype in dtypes_for(device):
         run_packed(device, dtype, rows, seqlens, **kwargs)
 
