@@ -1,12 +1,13 @@
 // Packed query rows through the batch-form KV-cache forward.  The rows are laid into a
-// (B, max_seqlen_q, H, D) block with each sequence's L rows at the END of its max_seqlen_q slots:
-// the batch form aligns masks and ALiBi distances to the bottom right of a max_seqlen_q x keys
-// block, so slot max_seqlen_q - L + i sees exactly the keys (j <= i + keys - L, and the window's
-// left edge) row i of a sequence of L rows sees.  The leading slots hold zeros and their outputs
-// are dropped: at most max_seqlen_q - L wasted rows a sequence, which for the calls this serves
+// (B, S, H, D) block, S the longest sequence's rows (at most max_seqlen_q), with each sequence's L
+// rows at the END of its S slots: the batch form aligns masks and ALiBi distances to the bottom
+// right of an S x keys block, so slot S - L + i sees exactly the keys (j <= i + keys - L, and the
+// window's left edge) row i of a sequence of L rows sees.  The leading slots hold zeros and their
+// outputs are dropped: at most S - L wasted rows a sequence, which for the calls this serves
 // (decode steps, a few speculative tokens) is a few rows against a cache of thousands of keys.
 #include "cpu/kvcache_packed_q.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -14,7 +15,12 @@ namespace tileattn::cpu {
 
 void forward_kvcache_packed_q(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
-  const int B = f.batch, S = f.seqlen_q, H = f.num_heads, D = f.head_dim;
+  // The slots a sequence needs are its own rows; max_seqlen_q is only an upper bound (often the
+  // model's largest, far above a decode step's rows), so the block is sized by the longest
+  // sequence instead (cu_seqlens_q's contents are checked before this runs).
+  int longest = 1;
+  for (int b = 0; b < f.batch; ++b) longest = std::max(longest, f.cu_seqlens_q[b + 1] - f.cu_seqlens_q[b]);
+  const int B = f.batch, S = std::min(f.seqlen_q, longest), H = f.num_heads, D = f.head_dim;
   const size_t element = f.dtype == TILEATTN_FLOAT32 ? 4 : 2;
   const int64_t row = static_cast<int64_t>(H) * D;  // elements of one block row
   std::vector<char> q_block(static_cast<size_t>(B) * S * row * element, 0);
@@ -40,6 +46,7 @@ void forward_kvcache_packed_q(const KvCacheParams& p) {
 
   KvCacheParams g = p;
   g.fwd.cu_seqlens_q = nullptr;
+  g.fwd.seqlen_q = S;
   g.fwd.total_q = 0;
   g.fwd.q = q_block.data();
   g.fwd.out = out_block.data();
