@@ -130,6 +130,8 @@ class Checker:
             self.fail(InvalidArgumentError, nq,
                       f"head dim {head_dim} is above the {MAX_HEAD_DIM} tileattn supports (shape {tuple(q.shape)})")
         num_heads, num_heads_k = q.shape[-2], k.shape[-2]
+        if num_heads == 0:
+            self.fail(InvalidArgumentError, nq, f"has 0 heads (shape {tuple(q.shape)})")
         if num_heads_k == 0 or num_heads % num_heads_k != 0:
             self.fail(InvalidArgumentError, nk,
                       f"{num_heads_k} heads must divide {nq}'s {num_heads} "

@@ -71,6 +71,8 @@ CASES = {
                                 "softmax_scale"),
     "softcap nan": (lambda: flash_attn_func(q, k, v, softcap=float("nan")), ValueError, "softcap"),
     "qkv head dim 264": (lambda: flash_attn_qkvpacked_func(t(1, 4, 3, 1, 264)), ValueError, "qkv"),
+    "q 0 heads with alibi": (lambda: flash_attn_func(t(2, 9, 0, 16), k, v, alibi_slopes=torch.ones(0)),
+                             ValueError, "q"),
     "alibi float16": (lambda: flash_attn_func(q, k, v, alibi_slopes=torch.ones(4).half()),
                       TypeError, "alibi_slopes"),
     "alibi shape": (lambda: flash_attn_func(q, k, v, alibi_slopes=torch.ones(3)), ValueError,
