@@ -38,7 +38,8 @@ def check_paged_keys(check, k, v, block_table, batch, max_seqlen_k, device):
     check.int32_tensor(block_table, "block_table", device)
     if block_table.dim() != 2 or block_table.shape[0] != batch:
         check.fail(InvalidArgumentError, "block_table",
-                   f"must be (batch_size, max_blocks) = ({batch}, ...), got {tuple(block_table.shape)}")
+                   f"must be (batch_size, max_blocks) = ({batch}, ...), batch_size being cu_seqlens_q's "
+                   f"{batch + 1} entries less one; got {tuple(block_table.shape)}")
     if k.shape[0] == 0:
         check.fail(InvalidArgumentError, "k", f"has no pages (shape {tuple(k.shape)})")
     page_size = k.shape[1]
