@@ -28,6 +28,7 @@ struct MemoryView {
   int64_t inner_bytes = 0;
   ByteDim dims[kMaxDims];  // the first num_dims; left uninitialized, as a call builds ~16 views
   int num_dims = 0;
+  bool stride_overflow = false;  // some stride_elements * element_bytes did not fit int64
 
   MemoryView() = default;
   MemoryView(const char* name, const void* ptr, int64_t inner_bytes)
@@ -36,8 +37,25 @@ struct MemoryView {
   // Adds a dim of `size` indices `stride_elements * element_bytes` bytes apart.
   MemoryView& dim(int64_t size, int64_t stride_elements, int element_bytes) {
     if (num_dims == kMaxDims) throw std::logic_error("MemoryView holds at most 4 dims");
-    dims[num_dims++] = {size, stride_elements * element_bytes};
+    int64_t stride_bytes = 0;
+    stride_overflow |= __builtin_mul_overflow(stride_elements, int64_t{element_bytes}, &stride_bytes);
+    dims[num_dims++] = {size, stride_bytes};
     return *this;
+  }
+
+  // Whether every byte offset of the view fits in 2^62 (a larger one, or one that overflows
+  // int64, describes no memory a process has; the overlap checks' arithmetic assumes it).
+  bool addressable() const {
+    if (stride_overflow) return false;
+    int64_t span = inner_bytes, step = 0;
+    for (int d = 0; d < num_dims; ++d) {
+      if (dims[d].size <= 1) continue;
+      if (__builtin_mul_overflow(dims[d].size - 1, dims[d].stride < 0 ? -dims[d].stride : dims[d].stride, &step) ||
+          __builtin_add_overflow(span, step, &span)) {
+        return false;
+      }
+    }
+    return span <= (int64_t{1} << 62);
   }
 
   // No byte at all: a null pointer or a zero extent.

@@ -78,12 +78,15 @@ MemoryView probs_view(const ForwardParams& p) {
 // the writes): sorted by stride, each dim must step past everything the dims inside it span.
 // Messages count elements of `element` bytes.
 void check_view(const MemoryView& v, int element, bool written) {
-  int64_t elements = v.inner_bytes / element;
+  if (!v.addressable()) {
+    invalid(v.name, v.name, "'s sizes and strides span more than 2^62 bytes (or a stride's byte count overflows int64)");
+  }
+  bool has_elements = v.inner_bytes >= element;
   for (int d = 0; d < v.num_dims; ++d) {
-    elements *= v.dims[d].size;
+    has_elements = has_elements && v.dims[d].size > 0;
     if (v.dims[d].stride < 0) invalid(v.name, v.name, " has a negative stride (", v.dims[d].stride / element, ")");
   }
-  if (v.base == 0 && elements > 0) invalid(v.name, v.name, " is a null pointer");
+  if (v.base == 0 && has_elements) invalid(v.name, v.name, " is a null pointer");
   if (!written) return;
   ByteDim sorted[MemoryView::kMaxDims];
   int n = 0;
@@ -172,8 +175,15 @@ void add_forward_views(const ForwardParams& p, const ForwardViews& t, bool outpu
 
 void check_sizes(const ForwardParams& p) {
   if (p.batch < 0) invalid("batch", "batch is ", p.batch, "; it must be >= 0");
-  if (p.seqlen_q < 0) invalid("seqlen_q", "seqlen_q is ", p.seqlen_q, "; it must be >= 0");
-  if (p.seqlen_k < 0) invalid("seqlen_k", "seqlen_k is ", p.seqlen_k, "; it must be >= 0");
+  // Up to kMaxSeqlen: tile loops step by up to 256 rows in int32 (a length within 256 of 2^31
+  // would wrap them).
+  constexpr int kMaxSeqlen = std::numeric_limits<int32_t>::max() - 256;
+  if (p.seqlen_q < 0 || p.seqlen_q > kMaxSeqlen) {
+    invalid("seqlen_q", "seqlen_q is ", p.seqlen_q, "; it must be in [0, 2^31 - 257]");
+  }
+  if (p.seqlen_k < 0 || p.seqlen_k > kMaxSeqlen) {
+    invalid("seqlen_k", "seqlen_k is ", p.seqlen_k, "; it must be in [0, 2^31 - 257]");
+  }
   if (p.num_heads < 1) invalid("q", "q has ", p.num_heads, " heads; it needs at least 1");
   if (p.num_heads_k < 1) invalid("k", "k has ", p.num_heads_k, " heads; it needs at least 1");
   if (p.num_heads % p.num_heads_k != 0) {
@@ -232,9 +242,10 @@ void check_options(const ForwardParams& p) {
   if (p.softcap > 0.0f) {
     const float scale = p.softmax_scale != 0.0f ? p.softmax_scale
                                                 : 1.0f / std::sqrt(static_cast<float>(std::max(p.head_dim, 1)));
-    if (p.softcap < std::numeric_limits<float>::min() || !std::isfinite(scale / p.softcap)) {
+    if (p.softcap < std::numeric_limits<float>::min() || !std::isfinite(scale / p.softcap) ||
+        !std::isfinite(p.softcap * 1.4426950408889634f)) {
       invalid("softcap", "softcap is ", p.softcap, "; with softmax_scale ", scale,
-              " it must be a normal float that leaves softmax_scale / softcap finite");
+              " it must be a normal float that leaves softmax_scale / softcap and softcap x log2(e) finite");
     }
   }
   if (!(p.dropout_p >= 0.0f && p.dropout_p < 1.0f)) {

@@ -9,7 +9,11 @@
 
 namespace tileattn::cpu {
 
-inline int resolve_threads(int requested) { return requested > 0 ? requested : omp_get_max_threads(); }
+// A request above the CPUs this process may use gains nothing and, far above, starts thousands of
+// threads (libgomp exits the process when it cannot create one), so it is clamped to them.
+inline int resolve_threads(int requested) {
+  return requested > 0 ? std::min(requested, std::max(1, omp_get_num_procs())) : omp_get_max_threads();
+}
 
 // Calls work(task, scratch) for task in [0, count), with one Scratch per thread.  Dynamic
 // scheduling: causal and varlen tasks differ in cost by up to the sequence length.

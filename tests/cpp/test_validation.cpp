@@ -125,6 +125,11 @@ TEST(Validation, Strides) {
   expect_forward_error([](Valid& v) { v.f.q_row_stride = -1; }, "q");
   expect_forward_error([](Valid& v) { v.f.k_head_stride = -8; }, "k");
   expect_forward_error([](Valid& v) { v.f.v_batch_stride = -1; }, "v");
+  // Strides whose byte counts overflow int64 (x2 bytes wraps -2^63 + 8 to +16), or whose span
+  // passes 2^62 bytes, are refused rather than checked on wrapped values.
+  expect_forward_error([](Valid& v) { v.f.q_head_stride = std::numeric_limits<int64_t>::min() + 8; }, "q");
+  expect_forward_error([](Valid& v) { v.f.k_row_stride = std::numeric_limits<int64_t>::max(); }, "k");
+  expect_forward_error([](Valid& v) { v.f.out_batch_stride = int64_t{1} << 62; }, "out");
   // Written tensors must not overlap themselves.
   expect_forward_error([](Valid& v) { v.f.out_head_stride = 4; }, "out");
   expect_forward_error([](Valid& v) { v.f.out_row_stride = 8; }, "out");
@@ -140,6 +145,10 @@ TEST(Validation, Options) {
   expect_forward_error([](Valid& v) { v.f.softcap = -1.0f; }, "softcap");
   expect_forward_error([](Valid& v) { v.f.softcap = std::numeric_limits<float>::infinity(); }, "softcap");
   expect_forward_error([](Valid& v) { v.f.softcap = std::numeric_limits<float>::denorm_min(); }, "softcap");
+  expect_forward_error([](Valid& v) { v.f.softcap = 3e38f; }, "softcap");  // x log2(e) is inf
+  // Lengths within 256 of 2^31 would wrap the CPU's tile loops.
+  expect_forward_error([](Valid& v) { v.f.seqlen_q = std::numeric_limits<int32_t>::max() - 100; }, "seqlen_q");
+  expect_forward_error([](Valid& v) { v.f.seqlen_k = std::numeric_limits<int32_t>::max(); }, "seqlen_k");
   expect_forward_error(
       [](Valid& v) {
         v.f.softcap = 1e-30f;
