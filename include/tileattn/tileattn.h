@@ -86,7 +86,8 @@ typedef struct tileattn_fwd_params {
   float* attn_probs;
   int64_t probs_batch_stride, probs_head_stride, probs_row_stride;
 
-  /* Sizes.  In varlen mode seqlen_q/seqlen_k are max_seqlen_q/max_seqlen_k. */
+  /* Sizes.  In varlen mode seqlen_q/seqlen_k are max_seqlen_q/max_seqlen_k.  seqlen_q and
+   * seqlen_k at most 2^31 - 257; every tensor's byte span under 2^62. */
   int32_t batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim;
 
   /* Varlen (all NULL for the batch form).  cu_seqlens_q/k: int32 (B + 1) prefix sums into the
@@ -110,7 +111,7 @@ typedef struct tileattn_fwd_params {
   tileattn_dtype dtype;
   tileattn_device device;
   void* stream;        /* cudaStream_t on CUDA, ignored on CPU */
-  int32_t num_threads; /* CPU: worker threads, 0 = all cores */
+  int32_t num_threads; /* CPU: worker threads, 0 = all cores; more than the CPUs are clamped to them */
 } tileattn_fwd_params;
 
 /* Backward: given dout, recompute the probabilities from lse and produce dq, dk, dv.

@@ -50,6 +50,7 @@ struct MemoryView {
     int64_t span = inner_bytes, step = 0;
     for (int d = 0; d < num_dims; ++d) {
       if (dims[d].size <= 1) continue;
+      if (dims[d].stride == INT64_MIN) return false;  // no magnitude in int64
       if (__builtin_mul_overflow(dims[d].size - 1, dims[d].stride < 0 ? -dims[d].stride : dims[d].stride, &step) ||
           __builtin_add_overflow(span, step, &span)) {
         return false;

@@ -130,6 +130,7 @@ TEST(Validation, Strides) {
   expect_forward_error([](Valid& v) { v.f.q_head_stride = std::numeric_limits<int64_t>::min() + 8; }, "q");
   expect_forward_error([](Valid& v) { v.f.k_row_stride = std::numeric_limits<int64_t>::max(); }, "k");
   expect_forward_error([](Valid& v) { v.f.out_batch_stride = int64_t{1} << 62; }, "out");
+  expect_forward_error([](Valid& v) { v.f.v_row_stride = -(int64_t{1} << 62); }, "v");  // x2 bytes: INT64_MIN
   // Written tensors must not overlap themselves.
   expect_forward_error([](Valid& v) { v.f.out_head_stride = 4; }, "out");
   expect_forward_error([](Valid& v) { v.f.out_row_stride = 8; }, "out");
