@@ -1,9 +1,9 @@
 // The C++ entry points: validate, resolve defaults, then hand the params to the backend that owns
 // the tensors' device.
-#include <cmath>
 
 #include "api/backends.h"
 #include "api/host_index_copy.h"
+#include "api/softmax_scale.h"
 #include "api/validate.h"
 #include "common/env_choice.h"
 
@@ -16,7 +16,7 @@ namespace {
 // the kvcache's rotary positions), and keeps the kernels' edge arithmetic (row + Sk - Sq + window,
 // in 32 bits in places) from overflowing for windows near INT32_MAX.
 ForwardParams resolve_defaults(ForwardParams p) {
-  if (p.softmax_scale == 0.0f) p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  p.softmax_scale = resolved_softmax_scale(p);
   if (p.window_left > p.seqlen_k) p.window_left = p.seqlen_k;
   if (p.window_right > p.seqlen_q) p.window_right = p.seqlen_q;
   return p;

@@ -11,6 +11,7 @@
 
 #include "api/append_slots.h"
 #include "api/memory_overlap.h"
+#include "api/softmax_scale.h"
 
 namespace tileattn {
 namespace {
@@ -240,10 +241,10 @@ void check_options(const ForwardParams& p) {
   // positive softcap must be a normal float and leave that quotient finite (softcap 1e-40 would
   // be inf on the CPU and off on the GPU).
   if (p.softcap > 0.0f) {
-    const float scale = p.softmax_scale != 0.0f ? p.softmax_scale
-                                                : 1.0f / std::sqrt(static_cast<float>(std::max(p.head_dim, 1)));
+    constexpr float kLog2e = 1.4426950408889634f;  // the kernels' softcap is held as softcap x log2(e)
+    const float scale = resolved_softmax_scale(p);  // head_dim >= 1: check_sizes ran first
     if (p.softcap < std::numeric_limits<float>::min() || !std::isfinite(scale / p.softcap) ||
-        !std::isfinite(p.softcap * 1.4426950408889634f)) {
+        !std::isfinite(p.softcap * kLog2e)) {
       invalid("softcap", "softcap is ", p.softcap, "; with softmax_scale ", scale,
               " it must be a normal float that leaves softmax_scale / softcap and softcap x log2(e) finite");
     }
