@@ -158,7 +158,8 @@ typedef struct tileattn_bwd_params {
  * Positions are cache indices (cache_leftpad does not shift them).
  * Packed query rows (flash-attn 3's cu_seqlens_q): with fwd.cu_seqlens_q, int32 (B + 1) prefix sums,
  * q and out are (fwd.total_q, H, D) (batch strides ignored), softmax_lse is (H, total_q)
- * (lse_batch_stride ignored) and fwd.seqlen_q is max_seqlen_q; sequence b's rows
+ * (lse_batch_stride ignored) and fwd.seqlen_q is max_seqlen_q, an upper bound on a sequence's rows
+ * that the library lowers to total_q (so any bound up to 2^31 - 1 is accepted); sequence b's rows
  * cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 attend as a call with seqlen_q = their count would,
  * masks bottom-right aligned to that count.  Not combined with k_new or rotary.  On CUDA a
  * cu_seqlens_q that breaks the CPU's rules makes every output NaN.

@@ -362,11 +362,7 @@ def flash_attn_with_kvcache(
             plan = None  # the parameters would point at this call's contiguous copy
         if max_seqlen_q is None:
             check.fail(InvalidArgumentError, "max_seqlen_q", "is required with cu_seqlens_q")
-        max_seqlen_q = check.seqlen(max_seqlen_q, "max_seqlen_q")
-        if isinstance(max_seqlen_q, int):
-            # An upper bound on a sequence's rows; no sequence has more than all of q's rows, and
-            # the kernels' work (and the CPU's buffers) grow with the bound given.
-            max_seqlen_q = min(max_seqlen_q, max(q.shape[0], 1))
+        max_seqlen_q = check.seqlen(max_seqlen_q, "max_seqlen_q")  # the library lowers it to q's rows
         for name, x in (("k", k), ("rotary_cos", rotary_cos)):
             if x is not None:
                 check.fail(InvalidArgumentError, name,

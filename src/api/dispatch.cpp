@@ -1,6 +1,9 @@
 // The C++ entry points: validate, resolve defaults, then hand the params to the backend that owns
 // the tensors' device.
 
+#include <algorithm>
+#include <cstdint>
+
 #include "api/backends.h"
 #include "api/host_index_copy.h"
 #include "api/softmax_scale.h"
@@ -19,6 +22,19 @@ ForwardParams resolve_defaults(ForwardParams p) {
   p.softmax_scale = resolved_softmax_scale(p);
   if (p.window_left > p.seqlen_k) p.window_left = p.seqlen_k;
   if (p.window_right > p.seqlen_q) p.window_right = p.seqlen_q;
+  return p;
+}
+
+// With packed query rows max_seqlen_q (fwd.seqlen_q) is only an upper bound, often the model's
+// largest, while no sequence has more rows than the call's total_q: the bound is taken as
+// min(max_seqlen_q, total_q) before validation (2^31 - 1 is then a valid bound) and before the
+// backends size their work by it (CUDA's query slots a sequence; the CPU's packed block, which
+// also sizes by the longest sequence it reads).  Validation still refuses a bound below a
+// sequence's row count.
+KvCacheParams with_packed_rows_bound(KvCacheParams p) {
+  if (p.fwd.cu_seqlens_q != nullptr && p.fwd.total_q >= 0) {
+    p.fwd.seqlen_q = static_cast<int>(std::min<int64_t>(p.fwd.seqlen_q, std::max<int64_t>(p.fwd.total_q, 1)));
+  }
   return p;
 }
 
@@ -93,9 +109,9 @@ void backward(const BackwardParams& params) {
 }
 
 void forward_kvcache(const KvCacheParams& params) {
-  validate_kvcache(params);
-  KvCacheParams p = params;
-  p.fwd = resolve_defaults(params.fwd);
+  KvCacheParams p = with_packed_rows_bound(params);
+  validate_kvcache(p);
+  p.fwd = resolve_defaults(p.fwd);
   if (p.fwd.device == TILEATTN_DEVICE_CPU) {
     std::vector<int32_t> lengths;  // the CPU backend reads cache_seqlens: derived from cu_seqlens_k
     if (p.cache_seqlens == nullptr && p.fwd.cu_seqlens_k != nullptr) {
@@ -134,11 +150,11 @@ int64_t backward_workspace_size(const BackwardParams& params) {
 }
 
 int64_t kvcache_workspace_size(const KvCacheParams& params) {
-  validate_kvcache(params);
-  if (params.fwd.device == TILEATTN_DEVICE_CPU) return 0;
+  KvCacheParams p = with_packed_rows_bound(params);  // sized for the params forward_kvcache() runs with
+  validate_kvcache(p);
+  if (p.fwd.device == TILEATTN_DEVICE_CPU) return 0;
 #ifdef TILEATTN_WITH_CUDA
-  KvCacheParams p = params;  // sized for the params forward_kvcache() runs with
-  p.fwd = resolve_defaults(params.fwd);
+  p.fwd = resolve_defaults(p.fwd);
   return cuda_kvcache_workspace_size(p);
 #else
   cuda_not_built();
