@@ -12,6 +12,7 @@
 #include "api/append_slots.h"
 #include "api/memory_overlap.h"
 #include "api/softmax_scale.h"
+#include "common/kvcache.h"
 
 namespace tileattn {
 namespace {
@@ -88,7 +89,7 @@ void check_view(const MemoryView& v, int element, bool written) {
     if (v.dims[d].stride < 0) invalid(v.name, v.name, " has a negative stride (", v.dims[d].stride / element, ")");
   }
   if (v.base == 0 && has_elements) invalid(v.name, v.name, " is a null pointer");
-  if (!written) return;
+  if (!written || !has_elements) return;  // no element, no two indices on one
   ByteDim sorted[MemoryView::kMaxDims];
   int n = 0;
   for (int d = 0; d < v.num_dims; ++d) {
@@ -174,11 +175,12 @@ void add_forward_views(const ForwardParams& p, const ForwardViews& t, bool outpu
   views.read(int32_view("seqused_k", p.seqused_k, p.batch));
 }
 
+// The longest sequence: tile loops step by up to 256 rows in int32 (a length within 256 of 2^31
+// would wrap them).
+constexpr int kMaxSeqlen = std::numeric_limits<int32_t>::max() - 256;
+
 void check_sizes(const ForwardParams& p) {
   if (p.batch < 0) invalid("batch", "batch is ", p.batch, "; it must be >= 0");
-  // Up to kMaxSeqlen: tile loops step by up to 256 rows in int32 (a length within 256 of 2^31
-  // would wrap them).
-  constexpr int kMaxSeqlen = std::numeric_limits<int32_t>::max() - 256;
   if (p.seqlen_q < 0 || p.seqlen_q > kMaxSeqlen) {
     invalid("seqlen_q", "seqlen_q is ", p.seqlen_q, "; it must be in [0, 2^31 - 257]");
   }
@@ -272,7 +274,9 @@ void check_varlen_struct(const ForwardParams& p) {
 }
 
 // Every rule of validate_forward but the memory overlaps, which depend on what the call writes.
-ForwardViews check_forward_struct(const ForwardParams& p) {
+// out and softmax_lse are written by a forward and only read by a backward, which may then take
+// them with overlapping elements (an expanded view).
+ForwardViews check_forward_struct(const ForwardParams& p, bool outputs_written) {
   check_dtype_and_device(p);
   check_sizes(p);
   check_varlen_struct(p);
@@ -291,8 +295,8 @@ ForwardViews check_forward_struct(const ForwardParams& p) {
   check_view(t.q, bytes, false);
   check_view(t.k, bytes, false);
   check_view(t.v, bytes, false);
-  check_view(t.out, bytes, true);
-  check_view(t.lse, 4, true);
+  check_view(t.out, bytes, outputs_written);
+  check_view(t.lse, 4, outputs_written);
   if (p.attn_probs != nullptr) {
     t.probs = probs_view(p);
     check_view(t.probs, 4, true);
@@ -303,7 +307,7 @@ ForwardViews check_forward_struct(const ForwardParams& p) {
 }  // namespace
 
 void validate_forward(const ForwardParams& p) {
-  const ForwardViews tensors = check_forward_struct(p);
+  const ForwardViews tensors = check_forward_struct(p, /*outputs_written=*/true);
   ArgumentViews views;
   add_forward_views(p, tensors, /*outputs_written=*/true, views);
   views.check_disjoint();
@@ -325,7 +329,7 @@ void validate_backward(const BackwardParams& p) {
   // The forward's arguments, read again: out and softmax_lse are inputs here.
   ForwardParams f = p.fwd;
   f.attn_probs = nullptr;
-  const ForwardViews tensors = check_forward_struct(f);
+  const ForwardViews tensors = check_forward_struct(f, /*outputs_written=*/false);
   const int bytes = element_bytes(f.dtype);
   const MemoryView dout = qkv_view(f, "dout", p.dout, p.dout_batch_stride, p.dout_row_stride,
                                    p.dout_head_stride, f.seqlen_q, f.total_q, f.num_heads);
@@ -415,6 +419,9 @@ void validate_kvcache(const KvCacheParams& p) {
     invalid(paged ? "block_table" : "k_cache", paged ? "block_table has " : "k_cache has ",
             p.num_cache_entries, " rows; it needs at least 1");
   }
+  if (!paged && (f.seqlen_k < 0 || f.seqlen_k > kMaxSeqlen)) {  // the cache's rows, Smax (q_side hides it below)
+    invalid("k_cache", "k_cache has ", f.seqlen_k, " rows a cache entry (seqlen_k); it must be in [0, 2^31 - 257]");
+  }
   int64_t cache_batches = p.num_cache_entries, cache_rows = f.seqlen_k;
   if (paged) {
     if (p.page_size < 16 || p.page_size % 16 != 0) {
@@ -428,9 +435,10 @@ void validate_kvcache(const KvCacheParams& p) {
       invalid("block_table", "seqlen_k (", f.seqlen_k, ") must be max_blocks x page_size (",
               p.max_blocks, " x ", p.page_size, ")");
     }
-    if (p.block_table_batch_stride < p.max_blocks) {
-      invalid("block_table", "block_table has a row stride of ", p.block_table_batch_stride,
-              ", less than its ", p.max_blocks, " columns");
+    // Rows may share entries (a stride of 0: every sequence reads the same pages, as an expanded
+    // tensor gives); the table is only read.
+    if (p.block_table_batch_stride < 0) {
+      invalid("block_table", "block_table has a negative row stride (", p.block_table_batch_stride, ")");
     }
     cache_batches = p.num_blocks;
     cache_rows = p.page_size;
@@ -444,7 +452,7 @@ void validate_kvcache(const KvCacheParams& p) {
     q_side.cu_seqlens_k = f.cu_seqlens_q;
     q_side.total_k = 0;
   }
-  const ForwardViews q_tensors = check_forward_struct(q_side);
+  const ForwardViews q_tensors = check_forward_struct(q_side, /*outputs_written=*/true);
   const bool appends = p.k_new != nullptr;
   const int bytes = element_bytes(f.dtype);
   KvCacheViews t;
@@ -563,7 +571,7 @@ void validate_kvcache_contents(const KvCacheParams& params) {
   }
   if (p.rotary_cos != nullptr) {
     for (int b = 0; b < f.batch; ++b) {
-      const int64_t last = static_cast<int64_t>(p.cache_seqlens[b]) + std::max(p.seqlen_new, f.seqlen_q) - 1;
+      const int64_t last = static_cast<int64_t>(p.cache_seqlens[b]) + rotary_positions_past_cache(p) - 1;
       if (last >= p.rotary_seqlen) {
         invalid("rotary_cos", "sequence ", b, " needs rotary position ", last, "; rotary_cos has ",
                 p.rotary_seqlen, " positions");

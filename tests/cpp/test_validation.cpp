@@ -2,6 +2,7 @@
 // argument (and, through the C ABI, return the matching code and message).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -289,6 +290,16 @@ TEST(Validation, KvCache) {
         v.p.rotary_dim = 4, v.p.rotary_seqlen = 10;
       },
       "rotary_cos");
+  // Rotary positions read: cache_seqlens (16 at most) for the one non-causal query row, none for
+  // new keys when k_new is NULL (a leftover seqlen_new counts for nothing): 17 positions suffice.
+  auto rotary_table = [](KvValid& v, int positions) {
+    v.p.rotary_cos = v.rot.data(), v.p.rotary_sin = v.rot.data();
+    v.p.rotary_dim = 4, v.p.rotary_seqlen = positions, v.p.seqlen_new = 5;
+  };
+  KvValid exact_table;
+  rotary_table(exact_table, 17);
+  EXPECT_NO_THROW(forward_kvcache(exact_table.p));
+  expect_kvcache_error([&](KvValid& v) { rotary_table(v, 16); }, "rotary_cos");
   auto paged = [](KvValid& v, int page_size) {
     v.p.block_table = v.table.data(), v.p.block_table_batch_stride = 1, v.p.max_blocks = 1;
     v.p.num_blocks = 2, v.p.page_size = page_size, v.p.fwd.seqlen_k = page_size;
@@ -301,6 +312,8 @@ TEST(Validation, KvCache) {
       },
       "block_table");
   expect_kvcache_error([](KvValid& v) { v.p.cache_batch_idx = v.batch_idx.data(); }, "cache_batch_idx");
+  expect_kvcache_error([](KvValid& v) { v.p.fwd.seqlen_k = -1; }, "k_cache");
+  expect_kvcache_error([](KvValid& v) { v.p.fwd.seqlen_k = -1, v.p.fwd.batch = 0; }, "k_cache");
   expect_kvcache_error([](KvValid& v) { v.p.workspace_bytes = -1; }, "workspace");
   expect_kvcache_error([](KvValid& v) { v.p.workspace = reinterpret_cast<char*>(v.q.data()) + 4; }, "workspace");
 }
@@ -330,6 +343,26 @@ TEST(Validation, KvCachePackedQueryRows) {
   expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.total_q = 1; }, "cu_seqlens_q");
   expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.cu_seqlens_q = v.seqlens.data(); }, "max_seqlen_q");
   expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.lse_head_stride = 1; }, "softmax_lse");
+}
+
+// max_seqlen_q is an upper bound the library lowers to total_q: 2^31 - 1 (past seqlen_q's own
+// limit of 2^31 - 257) is accepted, takes no workspace query error, and gives the same bits as
+// the tight bound.
+TEST(Validation, KvCachePackedRowsLooseBound) {
+  KvValid tight, loose;
+  pack_rows(tight), pack_rows(loose);
+  loose.p.fwd.seqlen_q = INT32_MAX;
+  int64_t bytes = -1;
+  EXPECT_EQ(tileattn_kvcache_workspace_size(&loose.p, &bytes), TILEATTN_OK);
+  for (KvValid* v : {&tight, &loose}) {  // poisoned: NaN never compares equal, so unwritten outputs fail
+    std::fill(v->out.begin(), v->out.end(), std::numeric_limits<float>::quiet_NaN());
+    std::fill(v->lse.begin(), v->lse.end(), std::numeric_limits<float>::quiet_NaN());
+    forward_kvcache(v->p);
+  }
+  EXPECT_EQ(loose.out, tight.out);
+  EXPECT_EQ(loose.lse, tight.lse);
+  // The bound is still checked against each sequence's rows.
+  expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.seqlen_q = 0; }, "max_seqlen_q");
 }
 
 // Cache lengths as a paged varlen call gives them: cu_seqlens_k's counts (3 and 16 keys), bounded
@@ -365,6 +398,24 @@ TEST(Validation, KvCacheVarlenKeys) {
 
 // The kernels read and write in no fixed order: an output sharing a byte with another argument
 // is refused, naming the output, while views that interleave without sharing pass.
+// Two indices on one element matter only where the call writes: an empty output (no element)
+// and the backward's out and softmax_lse (read only) may take zero strides; a forward's
+// softmax_lse may not.
+TEST(Validation, OverlapRulesOnlyWhereWritten) {
+  Valid empty;
+  empty.f.seqlen_q = 0;
+  empty.f.out_batch_stride = empty.f.out_row_stride = empty.f.out_head_stride = 0;
+  empty.f.lse_batch_stride = empty.f.lse_head_stride = 0;
+  std::vector<float> probs(1);
+  empty.f.attn_probs = probs.data();
+  empty.f.probs_batch_stride = empty.f.probs_head_stride = empty.f.probs_row_stride = 0;
+  EXPECT_NO_THROW(forward(empty.f));
+  Valid broadcast;
+  broadcast.b.fwd.lse_head_stride = 0, broadcast.b.fwd.out_head_stride = 0;
+  EXPECT_NO_THROW(backward(broadcast.b));
+  expect_forward_error([](Valid& v) { v.f.lse_head_stride = 0; }, "softmax_lse");
+}
+
 TEST(Validation, OutputsShareNoMemory) {
   expect_forward_error([](Valid& v) { v.f.out = v.q.data(); }, "out");
   expect_forward_error([](Valid& v) { v.f.out = v.k.data() + 8; }, "out");

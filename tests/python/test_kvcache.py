@@ -393,6 +393,19 @@ def test_block_table_of_one_column_takes_any_column_stride():
     assert table.stride() == (2, 2) and torch.equal(got, expect)
 
 
+def test_block_table_rows_may_share_entries(device):
+    """A table expanded from one row (row stride 0: every sequence reads the same pages, a shared
+    prefix) reads like its contiguous copy; the table is only read, so its rows may overlap."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    q = torch.randn(3, 1, 4, 64, dtype=dtype, device=device)
+    pages = [torch.randn(5, 16, 2, 64, dtype=dtype, device=device) for _ in range(2)]
+    table = torch.tensor([[3, 0, 4]], dtype=torch.int32, device=device).expand(3, 3)
+    seqlens = torch.tensor([5, 40, 48], dtype=torch.int32, device=device)
+    got = tileattn.flash_attn_with_kvcache(q, *pages, cache_seqlens=seqlens, block_table=table)
+    expect = tileattn.flash_attn_with_kvcache(q, *pages, cache_seqlens=seqlens, block_table=table.contiguous())
+    assert table.stride() == (0, 1) and torch.equal(got, expect) and not got.isnan().any()
+
+
 def test_caches_in_one_buffer(device):
     """k_cache and v_cache as the halves of one (B, S, 2, Hk, D) tensor interleave without
     sharing a byte, so an append into them runs and matches separate caches bit for bit; without
@@ -457,3 +470,32 @@ def test_nan_query_gives_nan(device, splits):
     assert not out[0].isnan().any() and torch.isfinite(lse[0]).all()
     assert not out[2].isnan().any() and torch.isfinite(lse[2]).all()
     assert out[1].isnan().all() and lse[1].isnan().all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_new", [0, 2])
+def test_rotary_table_of_exactly_the_positions_read(causal, seqlen_new, device):
+    """Rotary reads positions cache_seqlens + i for the new keys (i < seqlen_new) and, when causal,
+    for q's rows (i < seqlen_q); a non-causal q reads cache_seqlens alone.  A table that ends at the
+    last position read is enough; one position fewer is refused naming rotary_cos on the CPU and
+    gives the longest sequence NaN on CUDA (which reads no index array on the host)."""
+    opts = dict(DEFAULTS, rotary_dim=32, seqlen_new=seqlen_new, seqlen_q=3, causal=causal)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    args, slot, first = make_problem(opts, dtype, device, capacity=64)
+    last_seqlen = int(args["cache_seqlens"].max())
+    needed = last_seqlen + max(seqlen_new, 3 if causal else 1)
+    cos, sin = args["rotary_cos"][:needed].clone(), args["rotary_sin"][:needed].clone()
+    exact = dict(args, rotary_cos=cos, rotary_sin=sin)
+    before = {name: args[name].clone() for name in ("k_cache", "v_cache")}
+    out, lse = tileattn.flash_attn_with_kvcache(**exact)
+    check_against_reference(opts, dtype, exact, slot, first, out, lse)
+    args.update(before)  # the call appended; the short table's call starts from the same caches
+    short = dict(args, rotary_cos=cos[:-1].clone(), rotary_sin=sin[:-1].clone())
+    if device == "cuda":
+        out, _ = tileattn.flash_attn_with_kvcache(**short)
+        longest = int(args["cache_seqlens"].argmax())
+        assert out[longest].isnan().all()
+        assert not out[:longest].isnan().any()
+    else:
+        with pytest.raises(ValueError, match="rotary_cos"):
+            tileattn.flash_attn_with_kvcache(**short)

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "common/fast_divisor.h"
+#include "common/kvcache.h"
 #include "common/host_device.h"
 #include "cuda/decode/decode_shape.h"
 #include "tileattn/tileattn.h"
@@ -75,10 +76,7 @@ TILEATTN_HOST_DEVICE SequenceKeys sequence_keys(const tileattn_kvcache_params& p
   s.end = s.seqlen + added;
   s.ok = s.seqlen >= 0 && static_cast<int64_t>(s.seqlen) + added <= p.fwd.seqlen_k && s.first >= 0 &&
          s.first <= s.seqlen && s.row >= 0 && s.row < p.num_cache_entries;
-  if (p.rotary_cos) {
-    const int rows = added > p.fwd.seqlen_q ? added : p.fwd.seqlen_q;
-    s.ok = s.ok && static_cast<int64_t>(s.seqlen) + rows - 1 < p.rotary_seqlen;
-  }
+  if (p.rotary_cos) s.ok = s.ok && static_cast<int64_t>(s.seqlen) + rotary_positions_past_cache(p) <= p.rotary_seqlen;
   return s;
 }
 
