@@ -18,8 +18,9 @@ void forward_kvcache_packed_q(const KvCacheParams& p) {
   // The slots a sequence needs are its own rows; max_seqlen_q is only an upper bound (often the
   // model's largest, far above a decode step's rows), so the block is sized by the longest
   // sequence instead (cu_seqlens_q's contents are checked before this runs).
-  int longest = 1;
+  int longest = 0;
   for (int b = 0; b < f.batch; ++b) longest = std::max(longest, f.cu_seqlens_q[b + 1] - f.cu_seqlens_q[b]);
+  if (longest == 0) return;  // no row: nothing to write (and no block of B x H x D to allocate)
   const int B = f.batch, S = std::min(f.seqlen_q, longest), H = f.num_heads, D = f.head_dim;
   const size_t element = f.dtype == TILEATTN_FLOAT32 ? 4 : 2;
   const int64_t row = static_cast<int64_t>(H) * D;  // elements of one block row

@@ -361,6 +361,13 @@ TEST(Validation, KvCachePackedRowsLooseBound) {
   }
   EXPECT_EQ(loose.out, tight.out);
   EXPECT_EQ(loose.lse, tight.lse);
+  // No row at all: nothing to write and nothing to allocate, however many heads (2^30 x 2
+  // sequences x 8 dims of float32 is 64 GiB, once "out of host memory").
+  KvValid no_rows;
+  pack_rows(no_rows);
+  std::vector<int32_t> cu_empty = {0, 0, 0};
+  no_rows.p.fwd.cu_seqlens_q = cu_empty.data(), no_rows.p.fwd.total_q = 0, no_rows.p.fwd.num_heads = 1 << 30;
+  EXPECT_NO_THROW(forward_kvcache(no_rows.p));
   // The bound is still checked against each sequence's rows.
   expect_kvcache_error([](KvValid& v) { pack_rows(v), v.p.fwd.seqlen_q = 0; }, "max_seqlen_q");
 }
