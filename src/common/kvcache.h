@@ -28,12 +28,12 @@ TILEATTN_HOST_DEVICE int64_t cache_end_key(const tileattn_kvcache_params& p, int
 }
 
 // Rotary positions a call reads past cache_seqlens[b]: the new keys' i < seqlen_new (when k_new is
-// given), and q's rows i < seqlen_q when causal or windowed, else q's one position cache_seqlens[b]
-// (tileattn.h).  Sequence b needs rotary_seqlen >= cache_seqlens[b] + this.
+// given), and q's rows i < seqlen_q when causal or windowed, else the one position cache_seqlens[b]
+// that all of q's rows take (tileattn.h).  Sequence b needs rotary_seqlen >= cache_seqlens[b] + this.
 TILEATTN_HOST_DEVICE int rotary_positions_past_cache(const tileattn_kvcache_params& p) {
   const int new_keys = p.k_new ? p.seqlen_new : 0;
   const bool per_row_position = p.fwd.window_left >= 0 || p.fwd.window_right >= 0;
-  const int query_positions = per_row_position ? p.fwd.seqlen_q : 1;
+  const int query_positions = per_row_position || p.fwd.seqlen_q == 0 ? p.fwd.seqlen_q : 1;
   return new_keys > query_positions ? new_keys : query_positions;
 }
 
