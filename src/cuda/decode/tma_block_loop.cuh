@@ -142,11 +142,42 @@ __device__ __forceinline__ int64_t box_unit(const DecodeArgs& args, const Sequen
 }
 
 // Keys a TMA box of the warp's blocks covers: with the page window the whole block (launch_ring
-// takes the window only where args.tma_box_keys == kKeys), a constant, so the box loops of the
-// request and the page check are one step each on lane 0's way to the issue; else the runtime box.
+// takes the window only where args.tma_box_keys == kKeys), a constant, so the page check's box loop
+// is one step; else the runtime box.
 template <int kKeys>
 __device__ __forceinline__ int block_box_keys(const PageWindow& pw, const DecodeArgs& args) {
   return pw.on ? kKeys : args.tma_box_keys;
+}
+
+// Lane 0's request of a block that is one TMA box: a contiguous cache (args.tma_box_keys == kKeys,
+// cuda_decode.cu) or pages read through the window (pages of whole blocks).  The general path
+// below loops over boxes of the runtime args.tma_box_keys and looks each one's page up in
+// block_table; its ~140 SASS lines a request, issued as a warp's even with one lane active, were
+// 10-15% of the wide ring's instructions at 10 x 8k, where Nsight Compute found the loop bound by
+// instruction latency at one warp a scheduler (3.8 cycles an instruction, 0.26 eligible warps),
+// not by DRAM (session 60).  One box: one visibility test, one page check, four copies at d128.
+template <typename Ring>
+__device__ __forceinline__ void tma_request_whole_block(const DecodeArgs& args, const SequenceKeys& seq,
+                                                        const BlockWalk& w, Ring* ring, int warp, int stage, int pos0,
+                                                        const PageWindow& pw, int page, uint64_t* bar) {
+  bool ok = false;
+  const int64_t unit = box_visible(w, pos0, Ring::kKeys) ? box_unit(args, seq, pos0, pw, page, ok) : 0;
+  fence_proxy_async();  // the warp's reads (and edge fills) of this stage before TMA rewrites it
+  if (!ok) {
+    mbarrier_arrive(bar);
+    return;
+  }
+  mbarrier_arrive_expect_tx(bar, 2 * Ring::kSlabs * Ring::kKeys * 128);
+  // The key's row in its page: a multiply and a shift (page_div) instead of a runtime division.
+  const int row = args.p.block_table ? args.page_div.mod(pos0) : pos0;
+  const uint64_t policy = l2_evict_first_policy();
+#pragma unroll
+  for (int s = 0; s < Ring::kSlabs; ++s) {
+    tma_load_4d(&args.tma_k, ring->k[warp][stage] + s * Ring::kSlabBytes, bar, 64 * s, w.kv_head, row,
+                static_cast<int>(unit), policy);
+    tma_load_4d(&args.tma_v, ring->v[warp][stage] + s * Ring::kSlabBytes, bar, 64 * s, w.kv_head, row,
+                static_cast<int>(unit), policy);
+  }
 }
 
 // Lane 0: request the warp's i-th block into stage i % kStages (`page`: window_page(pw, i), which
@@ -169,6 +200,10 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
   }
 #endif
   uint64_t* bar = &ring->full[warp][stage];
+  if (pw.on || p.block_table == nullptr) {
+    tma_request_whole_block<Ring>(args, seq, w, ring, warp, stage, pos0, pw, page, bar);
+    return;
+  }
   uint32_t bytes = 0;
   for (int j = 0; j < Ring::kKeys; j += box) {
     bool ok = false;
