@@ -152,10 +152,11 @@ __device__ __forceinline__ int block_box_keys(const PageWindow& pw, const Decode
 // Lane 0's request of a block that is one TMA box: a contiguous cache (args.tma_box_keys == kKeys,
 // cuda_decode.cu) or pages read through the window (pages of whole blocks).  The general path
 // below loops over boxes of the runtime args.tma_box_keys and looks each one's page up in
-// block_table; its ~140 SASS lines a request, issued as a warp's even with one lane active, were
-// 10-15% of the wide ring's instructions at 10 x 8k, where Nsight Compute found the loop bound by
+// block_table: ~146 SASS lines a request in the wide kernel, issued as a warp's even with one lane
+// active, about a fifth of a 32-key step at 10 x 8k, where Nsight Compute found the loop bound by
 // instruction latency at one warp a scheduler (3.8 cycles an instruction, 0.26 eligible warps),
-// not by DRAM (session 60).  One box: one visibility test, one page check, four copies at d128.
+// not by DRAM (session 60).  One box: one visibility test, one page check, four copies at d128,
+// ~98 lines (H200: contiguous caches +0.1-1.8%, pages level).
 template <typename Ring>
 __device__ __forceinline__ void tma_request_whole_block(const DecodeArgs& args, const SequenceKeys& seq,
                                                         const BlockWalk& w, Ring* ring, int warp, int stage, int pos0,
