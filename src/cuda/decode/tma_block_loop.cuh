@@ -153,10 +153,9 @@ __device__ __forceinline__ int block_box_keys(const PageWindow& pw, const Decode
 // cuda_decode.cu) or pages read through the window (pages of whole blocks).  The general path
 // below loops over boxes of the runtime args.tma_box_keys and looks each one's page up in
 // block_table: ~146 SASS lines a request in the wide kernel, issued as a warp's even with one lane
-// active, about a fifth of a 32-key step at 10 x 8k, where Nsight Compute found the loop bound by
-// instruction latency at one warp a scheduler (3.8 cycles an instruction, 0.26 eligible warps),
-// not by DRAM (session 60).  One box: one visibility test, one page check, four copies at d128,
-// ~98 lines (H200: contiguous caches +0.1-1.8%, pages level).
+// active, about a fifth of a 32-key step.  One box: one visibility test, one page check, four
+// copies at d128, ~98 lines (session 60, H200: contiguous caches +0.1-1.8%, pages level; 7% fewer
+// instructions at 12 x 2k bought nothing there, so those warps do not wait on issue).
 template <typename Ring>
 __device__ __forceinline__ void tma_request_whole_block(const DecodeArgs& args, const SequenceKeys& seq,
                                                         const BlockWalk& w, Ring* ring, int warp, int stage, int pos0,
