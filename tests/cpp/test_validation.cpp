@@ -403,8 +403,6 @@ TEST(Validation, KvCacheVarlenKeys) {
   expect_kvcache_error([](KvValid& v) { varlen_keys(v), v.append_one_token(); }, "k");
 }
 
-// The kernels read and write in no fixed order: an output sharing a byte with another argument
-// is refused, naming the output, while views that interleave without sharing pass.
 // Two indices on one element matter only where the call writes: an empty output (no element)
 // and the backward's out and softmax_lse (read only) may take zero strides; a forward's
 // softmax_lse may not.
@@ -423,6 +421,8 @@ TEST(Validation, OverlapRulesOnlyWhereWritten) {
   expect_forward_error([](Valid& v) { v.f.lse_head_stride = 0; }, "softmax_lse");
 }
 
+// The kernels read and write in no fixed order: an output sharing a byte with another argument
+// is refused, naming the output, while views that interleave without sharing pass.
 TEST(Validation, OutputsShareNoMemory) {
   expect_forward_error([](Valid& v) { v.f.out = v.q.data(); }, "out");
   expect_forward_error([](Valid& v) { v.f.out = v.k.data() + 8; }, "out");

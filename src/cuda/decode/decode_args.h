@@ -6,8 +6,8 @@
 #include <stdint.h>
 
 #include "common/fast_divisor.h"
-#include "common/kvcache.h"
 #include "common/host_device.h"
+#include "common/kvcache.h"
 #include "cuda/decode/decode_shape.h"
 #include "tileattn/tileattn.h"
 
