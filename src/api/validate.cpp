@@ -68,6 +68,13 @@ MemoryView lse_view(const ForwardParams& p) {
   return view;
 }
 
+// alibi_slopes: float32 (H), or (B, H) with a batch stride.
+MemoryView alibi_view(const ForwardParams& p) {
+  MemoryView slopes("alibi_slopes", p.alibi_slopes, int64_t{p.num_heads} * 4);
+  if (p.alibi_batch_stride != 0) slopes.dim(p.batch, p.alibi_batch_stride, 4);
+  return slopes;
+}
+
 MemoryView probs_view(const ForwardParams& p) {
   return MemoryView("attn_probs", p.attn_probs, int64_t{p.seqlen_k} * 4)
       .dim(p.seqlen_q, p.probs_row_stride, 4)
@@ -167,9 +174,7 @@ void add_forward_views(const ForwardParams& p, const ForwardViews& t, bool outpu
   views.read_or_written(t.out, outputs_written);
   views.read_or_written(t.lse, outputs_written);
   if (outputs_written) views.written(t.probs);
-  MemoryView slopes("alibi_slopes", p.alibi_slopes, int64_t{p.num_heads} * 4);
-  if (p.alibi_batch_stride != 0) slopes.dim(p.batch, p.alibi_batch_stride, 4);
-  views.read(slopes);
+  views.read(alibi_view(p));
   views.read(int32_view("cu_seqlens_q", p.cu_seqlens_q, int64_t{p.batch} + 1));
   views.read(int32_view("cu_seqlens_k", p.cu_seqlens_k, int64_t{p.batch} + 1));
   views.read(int32_view("seqused_k", p.seqused_k, p.batch));
@@ -261,6 +266,7 @@ void check_options(const ForwardParams& p) {
   if (p.alibi_batch_stride < 0) {
     invalid("alibi_slopes", "alibi_slopes has a negative batch stride (", p.alibi_batch_stride, ")");
   }
+  if (p.alibi_slopes != nullptr) check_view(alibi_view(p), 4, false);  // a span past 2^62 bytes
 }
 
 void check_varlen_struct(const ForwardParams& p) {
@@ -361,6 +367,12 @@ struct KvCacheViews {
   MemoryView k_cache, v_cache, k_new, v_new;
 };
 
+// block_table: int32 (num_cache_entries, max_blocks) with a row stride.
+MemoryView block_table_view(const KvCacheParams& p) {
+  return MemoryView("block_table", p.block_table, int64_t{p.max_blocks} * 4)
+      .dim(p.num_cache_entries, p.block_table_batch_stride, 4);
+}
+
 // q_side: the forward's struct with no keys (out, lse, q, ALiBi) and its views.  The caches are
 // written only by an append: without one, k_cache may be v_cache.
 void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
@@ -379,10 +391,7 @@ void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
   views.read(int32_view("seqused_k", f.seqused_k, f.batch));
   views.read(int32_view("cache_batch_idx", p.cache_batch_idx, f.batch));
   views.read(int32_view("cache_leftpad", p.cache_leftpad, f.batch));
-  if (p.block_table != nullptr) {
-    views.read(MemoryView("block_table", p.block_table, int64_t{p.max_blocks} * 4)
-                   .dim(p.num_cache_entries, p.block_table_batch_stride, 4));
-  }
+  if (p.block_table != nullptr) views.read(block_table_view(p));
   if (p.rotary_cos != nullptr) {
     const int64_t table_bytes = int64_t{p.rotary_seqlen} * (p.rotary_dim / 2) * bytes;
     views.read(MemoryView("rotary_cos", p.rotary_cos, table_bytes));
@@ -440,6 +449,7 @@ void validate_kvcache(const KvCacheParams& p) {
     if (p.block_table_batch_stride < 0) {
       invalid("block_table", "block_table has a negative row stride (", p.block_table_batch_stride, ")");
     }
+    check_view(block_table_view(p), 4, false);  // a span past 2^62 bytes
     cache_batches = p.num_blocks;
     cache_rows = p.page_size;
   }

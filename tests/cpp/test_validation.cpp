@@ -132,6 +132,9 @@ TEST(Validation, Strides) {
   expect_forward_error([](Valid& v) { v.f.k_row_stride = std::numeric_limits<int64_t>::max(); }, "k");
   expect_forward_error([](Valid& v) { v.f.out_batch_stride = int64_t{1} << 62; }, "out");
   expect_forward_error([](Valid& v) { v.f.v_row_stride = -(int64_t{1} << 62); }, "v");  // x2 bytes: INT64_MIN
+  expect_forward_error(  // the optional tables too: sequence 1's slopes 2^63 bytes on
+      [](Valid& v) { v.f.alibi_slopes = v.slopes.data(), v.f.alibi_batch_stride = int64_t{1} << 61; },
+      "alibi_slopes");
   // Written tensors must not overlap themselves.
   expect_forward_error([](Valid& v) { v.f.out_head_stride = 4; }, "out");
   expect_forward_error([](Valid& v) { v.f.out_row_stride = 8; }, "out");
@@ -312,6 +315,12 @@ TEST(Validation, KvCache) {
       },
       "block_table");
   expect_kvcache_error([](KvValid& v) { v.p.cache_batch_idx = v.batch_idx.data(); }, "cache_batch_idx");
+  expect_kvcache_error(
+      [&](KvValid& v) {
+        paged(v, 16);
+        v.p.num_cache_entries = 2, v.p.block_table_batch_stride = int64_t{1} << 61;  // row 1 2^63 bytes on
+      },
+      "block_table");
   expect_kvcache_error([](KvValid& v) { v.p.fwd.seqlen_k = -1; }, "k_cache");
   expect_kvcache_error([](KvValid& v) { v.p.fwd.seqlen_k = -1, v.p.fwd.batch = 0; }, "k_cache");
   expect_kvcache_error([](KvValid& v) { v.p.workspace_bytes = -1; }, "workspace");
