@@ -39,6 +39,22 @@ def _new_output(like, shape=None, dtype=None):
     return out
 
 
+def _new_probs(like, shape):
+    """attn_probs, float32 (batch, nheads, seqlen_q, seqlen_k): sized by the call's bounds, so a
+    varlen call's max_seqlen_q/k can ask for more than the device holds.  torch's error keeps its
+    type (callers catch torch.OutOfMemoryError) and gains the argument that asked for it."""
+    try:
+        return _new_output(like, shape, torch.float32)
+    except RuntimeError as error:
+        message = (f"return_attn_probs: the float32 attn_probs of shape {tuple(shape)} (batch, nheads, "
+                   f"max_seqlen_q, max_seqlen_k) cannot be allocated: {error}")
+        try:
+            replacement = type(error)(message)
+        except Exception:  # a subclass whose constructor takes other arguments
+            replacement = RuntimeError(message)
+        raise replacement from error
+
+
 def _last_dim_contiguous(x):
     return x if x is None or x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
 
@@ -251,8 +267,7 @@ def _fwd_params(q, k, v, dropout_p, softmax_scale, window_left, window_right, so
     seqlen_k = k.shape[1]
     out = _new_output(q)
     lse = _new_output(q, (batch, num_heads, seqlen_q), torch.float32)
-    probs = (_new_output(q, (batch, num_heads, seqlen_q, seqlen_k), torch.float32)
-             if return_probs else None)
+    probs = _new_probs(q, (batch, num_heads, seqlen_q, seqlen_k)) if return_probs else None
     seed, offset = _philox_state(q.device, batch * num_heads) if dropout_p > 0 else (0, 0)
     params = _ffi.FwdParams()
     _fill_forward(params, q, k, v, out, lse, probs, batch=batch, seqlen_q=seqlen_q,
@@ -390,8 +405,7 @@ def _varlen_fwd_params(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqle
     total_q, num_heads, _ = q.shape
     out = _new_output(q)
     lse = _new_output(q, (num_heads, total_q), torch.float32)
-    probs = (_new_output(q, (batch, num_heads, max_seqlen_q, max_seqlen_k), torch.float32)
-             if return_probs else None)
+    probs = _new_probs(q, (batch, num_heads, max_seqlen_q, max_seqlen_k)) if return_probs else None
     seed, offset = _philox_state(q.device, batch * num_heads) if dropout_p > 0 else (0, 0)
     params = _ffi.FwdParams()
     _fill_forward(params, q, k, v, out, lse, probs, batch=batch, seqlen_q=max_seqlen_q,
