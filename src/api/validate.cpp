@@ -428,8 +428,10 @@ void validate_kvcache(const KvCacheParams& p) {
     invalid(paged ? "block_table" : "k_cache", paged ? "block_table has " : "k_cache has ",
             p.num_cache_entries, " rows; it needs at least 1");
   }
-  if (!paged && (f.seqlen_k < 0 || f.seqlen_k > kMaxSeqlen)) {  // the cache's rows, Smax (q_side hides it below)
-    invalid("k_cache", "k_cache has ", f.seqlen_k, " rows a cache entry (seqlen_k); it must be in [0, 2^31 - 257]");
+  // A sequence's capacity, Smax or max_blocks x page_size (q_side, below, hides it from check_sizes).
+  if (f.seqlen_k < 0 || f.seqlen_k > kMaxSeqlen) {
+    invalid(paged ? "block_table" : "k_cache", "the cache holds ", f.seqlen_k,
+            " positions a sequence (seqlen_k); it must be in [0, 2^31 - 257]");
   }
   int64_t cache_batches = p.num_cache_entries, cache_rows = f.seqlen_k;
   if (paged) {

@@ -322,6 +322,13 @@ TEST(Validation, KvCache) {
       },
       "block_table");
   expect_kvcache_error([](KvValid& v) { v.p.fwd.seqlen_k = -1; }, "k_cache");
+  expect_kvcache_error(  // pages of 16 over 2^27 - 1 columns: 2^31 - 16 positions a sequence
+      [&](KvValid& v) {
+        paged(v, 16);
+        v.p.max_blocks = v.p.block_table_batch_stride = (1 << 27) - 1;
+        v.p.fwd.seqlen_k = v.p.max_blocks * 16;
+      },
+      "block_table");
   expect_kvcache_error([](KvValid& v) { v.p.fwd.seqlen_k = -1, v.p.fwd.batch = 0; }, "k_cache");
   expect_kvcache_error([](KvValid& v) { v.p.workspace_bytes = -1; }, "workspace");
   expect_kvcache_error([](KvValid& v) { v.p.workspace = reinterpret_cast<char*>(v.q.data()) + 4; }, "workspace");
