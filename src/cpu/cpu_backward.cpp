@@ -328,6 +328,9 @@ void cpu_backward(const BackwardParams& p) {
   BackwardBuffers buf;
   buf.q_rows = varlen ? f.total_q : static_cast<int64_t>(f.batch) * f.seqlen_q;
   buf.k_rows = varlen ? f.total_k : static_cast<int64_t>(f.batch) * f.seqlen_k;
+  // No query row and no key: no gradient has an element. The loops below visit every (batch, head)
+  // pair however empty (~3 minutes at 2^30 heads on two cores).
+  if (buf.q_rows == 0 && buf.k_rows == 0) return;
   // Split the keys into more chunks only when (batch, head) pairs are too few to feed the
   // threads; each chunk costs one more float32 dQ partial of q_rows x D per head.
   const int threads = resolve_threads(f.num_threads);
@@ -342,6 +345,11 @@ void cpu_backward(const BackwardParams& p) {
   buf.dv_expanded.assign(f.num_heads * buf.k_rows * dim, 0.0f);
 
   compute_delta(p, buf);
+  // Without query rows or without keys no score exists: the gradients are the zeros above.
+  if (buf.q_rows == 0 || buf.k_rows == 0) {
+    write_gradients(p, buf);
+    return;
+  }
   Inputs in;
   in.k = float32_operand(f, f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride, true);
   in.v = float32_operand(f, f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, true);
@@ -356,15 +364,16 @@ void cpu_backward(const BackwardParams& p) {
     in.q = float32_operand(f, f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, false);
     in.dout = float32_operand(f, p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride, false);
   }
-  std::vector<KeyChunk> tasks;
-  for (int b = 0; b < f.batch; ++b) {
-    for (int c = 0; c < buf.chunks; ++c) {
-      for (int h = 0; h < f.num_heads; ++h) tasks.push_back({b, h, c});
-    }
-  }
+  // Task t is (batch, chunk, head) in that nesting order, worked out from t rather than listed (a
+  // list is 12 bytes a task: 12 GB at 2^30 heads).
+  const int64_t heads = f.num_heads, per_batch = heads * buf.chunks;
   parallel_tasks<BackwardScratch>(
-      static_cast<int64_t>(tasks.size()), f.num_threads, [&] { return BackwardScratch(f.head_dim, in.packed); },
-      [&](int64_t task, BackwardScratch& w) { backward_chunk(p, in, tasks[task], buf, w); });
+      f.batch * per_batch, f.num_threads, [&] { return BackwardScratch(f.head_dim, in.packed); },
+      [&](int64_t t, BackwardScratch& w) {
+        const KeyChunk task{static_cast<int>(t / per_batch), static_cast<int>(t % heads),
+                            static_cast<int>(t % per_batch / heads)};
+        backward_chunk(p, in, task, buf, w);
+      });
   write_gradients(p, buf);
 }
 

@@ -230,6 +230,23 @@ TEST(Validation, Backward) {
   EXPECT_EQ(bytes, 0);  // the CPU backend takes no workspace
 }
 
+// A backward without query rows writes zero dK and dV (poisoned first), and one without rows or keys
+// allocates nothing however many heads it has (2^30 heads once listed 12 GB of tasks: "out of host
+// memory").
+TEST(Validation, BackwardWithoutRows) {
+  Valid no_queries;
+  no_queries.b.fwd.seqlen_q = 0;
+  std::fill(no_queries.dk.begin(), no_queries.dk.end(), std::numeric_limits<float>::quiet_NaN());
+  std::fill(no_queries.dv.begin(), no_queries.dv.end(), std::numeric_limits<float>::quiet_NaN());
+  backward(no_queries.b);
+  EXPECT_EQ(no_queries.dk, std::vector<float>(no_queries.dk.size(), 0.0f));
+  EXPECT_EQ(no_queries.dv, std::vector<float>(no_queries.dv.size(), 0.0f));
+  Valid empty;
+  empty.b.fwd.seqlen_q = empty.b.fwd.seqlen_k = 0;
+  empty.b.fwd.num_heads = empty.b.fwd.num_heads_k = 1 << 30;
+  EXPECT_NO_THROW(backward(empty.b));
+}
+
 // A valid decode call: B=2, one query token, H=4 over Hk=2, D=8, a contiguous cache of 2 x 16.
 struct KvValid {
   std::vector<float> q = std::vector<float>(2 * 4 * 8, 0.5f), out = q, lse = std::vector<float>(2 * 4);
