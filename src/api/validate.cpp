@@ -82,9 +82,16 @@ MemoryView probs_view(const ForwardParams& p) {
       .dim(p.batch, p.probs_batch_stride, 4);
 }
 
-// A tensor argument's own rules: a pointer when it has elements, no negative stride, and, for a
-// tensor the call writes, no two indices on one element (or the result depends on the order of
-// the writes): sorted by stride, each dim must step past everything the dims inside it span.
+// Element loads and stores through a misaligned pointer are undefined in C++ (UBSan flagged the CPU
+// backend's float loads of an lse, alibi_slopes or out moved by 1-2 bytes through the C API).
+void require_aligned(const char* name, uintptr_t address, int element) {
+  if (address % element != 0) invalid(name, name, "'s address is not a multiple of its ", element, "-byte element size");
+}
+
+// A tensor argument's own rules: a pointer, aligned to its elements, when it has elements, no
+// negative stride, and, for a tensor the call writes, no two indices on one element (or the result
+// depends on the order of the writes): sorted by stride, each dim must step past everything the
+// dims inside it span.
 // Messages count elements of `element` bytes.
 void check_view(const MemoryView& v, int element, bool written) {
   if (!v.addressable()) {
@@ -96,6 +103,7 @@ void check_view(const MemoryView& v, int element, bool written) {
     if (v.dims[d].stride < 0) invalid(v.name, v.name, " has a negative stride (", v.dims[d].stride / element, ")");
   }
   if (v.base == 0 && has_elements) invalid(v.name, v.name, " is a null pointer");
+  if (has_elements) require_aligned(v.name, v.base, element);
   if (!written || !has_elements) return;  // no element, no two indices on one
   ByteDim sorted[MemoryView::kMaxDims];
   int n = 0;
@@ -156,6 +164,7 @@ class ArgumentViews {
 };
 
 MemoryView int32_view(const char* name, const int32_t* ptr, int64_t count) {
+  require_aligned(name, reinterpret_cast<uintptr_t>(ptr), 4);
   return MemoryView(name, ptr, count * 4);
 }
 
@@ -394,6 +403,8 @@ void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
   if (p.block_table != nullptr) views.read(block_table_view(p));
   if (p.rotary_cos != nullptr) {
     const int64_t table_bytes = int64_t{p.rotary_seqlen} * (p.rotary_dim / 2) * bytes;
+    require_aligned("rotary_cos", reinterpret_cast<uintptr_t>(p.rotary_cos), bytes);
+    require_aligned("rotary_sin", reinterpret_cast<uintptr_t>(p.rotary_sin), bytes);
     views.read(MemoryView("rotary_cos", p.rotary_cos, table_bytes));
     views.read(MemoryView("rotary_sin", p.rotary_sin, table_bytes));
   }

@@ -115,6 +115,27 @@ TEST(Validation, Pointers) {
   expect_forward_error([](Valid& v) { v.f.softmax_lse = nullptr; }, "softmax_lse");
 }
 
+// A pointer that is not a multiple of its element size (C API callers; UBSan flagged the CPU's float
+// loads through such pointers) is refused naming the argument.
+template <typename T>
+T* moved_bytes(T* ptr, int bytes) {
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(ptr) + bytes);
+}
+
+TEST(Validation, MisalignedPointers) {
+  expect_forward_error([](Valid& v) { v.f.q = moved_bytes(v.q.data(), 2); }, "q");
+  expect_forward_error([](Valid& v) { v.f.out = moved_bytes(v.out.data(), 1); }, "out");
+  expect_forward_error([](Valid& v) { v.f.softmax_lse = moved_bytes(v.lse.data(), 2); }, "softmax_lse");
+  expect_forward_error([](Valid& v) { v.f.alibi_slopes = moved_bytes(v.slopes.data(), 1); }, "alibi_slopes");
+  expect_forward_error(
+      [](Valid& v) {
+        v.make_varlen();
+        v.f.cu_seqlens_k = moved_bytes(v.cu_k.data(), 2);
+      },
+      "cu_seqlens_k");
+  expect_backward_error([](Valid& v) { v.b.dk = moved_bytes(v.dk.data(), 2); }, "dk");
+}
+
 TEST(Validation, Dtypes) {
   expect_forward_error([](Valid& v) { v.f.dtype = static_cast<tileattn_dtype>(7); }, "q", ErrorCode::kDtype);
   expect_forward_error(
@@ -295,6 +316,14 @@ TEST(Validation, KvCache) {
   expect_kvcache_error([](KvValid& v) { v.seqlens = {3, 17}; }, "cache_seqlens");
   expect_kvcache_error([](KvValid& v) { v.seqlens = {-1, 2}; }, "cache_seqlens");
   expect_kvcache_error([](KvValid& v) { v.p.cache_leftpad = v.leftpad.data(); }, "cache_leftpad");
+  expect_kvcache_error([](KvValid& v) { v.p.cache_seqlens = moved_bytes(v.seqlens.data(), 2); }, "cache_seqlens");
+  expect_kvcache_error([](KvValid& v) { v.p.fwd.k = moved_bytes(v.cache.data(), 2); }, "k_cache");
+  expect_kvcache_error(
+      [](KvValid& v) {
+        v.p.rotary_cos = v.rot.data(), v.p.rotary_sin = moved_bytes(v.rot.data(), 2);
+        v.p.rotary_dim = 4, v.p.rotary_seqlen = 32;
+      },
+      "rotary_sin");
   expect_kvcache_error([](KvValid& v) { v.p.fwd.dropout_p = 0.1f; }, "dropout_p");
   expect_kvcache_error([](KvValid& v) { v.p.k_new = v.q.data(); }, "v");
   expect_kvcache_error([](KvValid& v) { v.p.rotary_cos = v.rot.data(); }, "rotary_sin");
