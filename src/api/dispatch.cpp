@@ -38,6 +38,18 @@ KvCacheParams with_packed_rows_bound(KvCacheParams p) {
   return p;
 }
 
+// The varlen form's max_seqlen_q / max_seqlen_k (seqlen_q / seqlen_k) are upper bounds as well: no
+// sequence has more rows than q's total_q or more keys than k's total_k, so they are lowered to
+// those before validation and before the backends size grids and workspaces by them.  Not when
+// attn_probs is written: its (B, H, max_seqlen_q, max_seqlen_k) entries past a sequence's end are
+// written as zeros up to the bounds the caller gave.
+ForwardParams with_varlen_bounds(ForwardParams p) {
+  if (p.cu_seqlens_q == nullptr || p.attn_probs != nullptr) return p;
+  if (p.total_q >= 0) p.seqlen_q = static_cast<int>(std::min<int64_t>(p.seqlen_q, std::max<int64_t>(p.total_q, 1)));
+  if (p.total_k >= 0) p.seqlen_k = static_cast<int>(std::min<int64_t>(p.seqlen_k, std::max<int64_t>(p.total_k, 1)));
+  return p;
+}
+
 #ifdef TILEATTN_WITH_CUDA
 // TILEATTN_CHECK_CONTENTS=on: a CUDA call copies its index arrays to the host (a stream sync per
 // array, and no CUDA-graph capture) and raises for a bad entry as the CPU backend does, naming the
@@ -73,8 +85,9 @@ BackwardParams default_backward_params() {
 }
 
 void forward(const ForwardParams& params) {
-  validate_forward(params);
-  const ForwardParams p = resolve_defaults(params);
+  const ForwardParams bounded = with_varlen_bounds(params);
+  validate_forward(bounded);
+  const ForwardParams p = resolve_defaults(bounded);
   if (p.device == TILEATTN_DEVICE_CPU) {
     validate_sequence_lengths(p);
     cpu_forward(p);
@@ -89,10 +102,11 @@ void forward(const ForwardParams& params) {
 }
 
 void backward(const BackwardParams& params) {
-  validate_backward(params);
   BackwardParams p = params;
-  p.fwd = resolve_defaults(params.fwd);
-  p.fwd.attn_probs = nullptr;
+  p.fwd.attn_probs = nullptr;  // the backward takes none
+  p.fwd = with_varlen_bounds(p.fwd);
+  validate_backward(p);
+  p.fwd = resolve_defaults(p.fwd);
   if (p.fwd.device == TILEATTN_DEVICE_CPU) {
     validate_sequence_lengths(p.fwd);
     cpu_backward(p);
@@ -138,11 +152,13 @@ void forward_kvcache(const KvCacheParams& params) {
 }
 
 int64_t backward_workspace_size(const BackwardParams& params) {
-  validate_backward(params);
-  if (params.fwd.device == TILEATTN_DEVICE_CPU) return 0;
-#ifdef TILEATTN_WITH_CUDA
   BackwardParams p = params;  // sized for the params backward() runs with
-  p.fwd = resolve_defaults(params.fwd);
+  p.fwd.attn_probs = nullptr;
+  p.fwd = with_varlen_bounds(p.fwd);
+  validate_backward(p);
+  if (p.fwd.device == TILEATTN_DEVICE_CPU) return 0;
+#ifdef TILEATTN_WITH_CUDA
+  p.fwd = resolve_defaults(p.fwd);
   return cuda_backward_workspace_size(p);
 #else
   cuda_not_built();

@@ -236,6 +236,35 @@ TEST(Validation, Varlen) {
       "q");
 }
 
+// Varlen max_seqlen_q/k are bounds the library lowers to total_q/k (past seqlen's own limit of
+// 2^31 - 257 here); the outputs are the tight bounds' bits.  With attn_probs they stay as given.
+TEST(Validation, VarlenLooseBounds) {
+  Valid tight, loose;
+  tight.make_varlen(), loose.make_varlen();
+  loose.f.seqlen_q = loose.f.seqlen_k = INT32_MAX;
+  loose.b.fwd = loose.f, tight.b.fwd = tight.f;
+  constexpr float kUnwritten = -7777.0f;  // the packed tensors' tails past the rows stay so in both
+  for (Valid* v : {&tight, &loose}) {
+    for (auto* x : {&v->out, &v->lse, &v->dq, &v->dk, &v->dv}) std::fill(x->begin(), x->end(), kUnwritten);
+    forward(v->f);
+    backward(v->b);
+  }
+  for (auto member : {&Valid::out, &Valid::lse, &Valid::dq, &Valid::dk, &Valid::dv}) {
+    EXPECT_NE((tight.*member)[0], kUnwritten);
+    EXPECT_EQ(loose.*member, tight.*member);
+  }
+  int64_t bytes = -1;
+  EXPECT_EQ(tileattn_backward_workspace_size(&loose.b, &bytes), TILEATTN_OK);
+  expect_forward_error(
+      [](Valid& v) {
+        v.make_varlen();
+        v.f.seqlen_q = INT32_MAX;
+        static float probs[1];  // never written: the call is refused
+        v.f.attn_probs = probs;
+      },
+      "seqlen_q");
+}
+
 TEST(Validation, Backward) {
   expect_backward_error([](Valid& v) { v.b.dout = nullptr; }, "dout");
   expect_backward_error([](Valid& v) { v.b.dq = nullptr; }, "dq");

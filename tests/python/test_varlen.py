@@ -129,6 +129,27 @@ def test_varlen_probs_past_memory_name_return_attn_probs(device):
         flash_attn_varlen_func(q, q, q, cu_seqlens, cu_seqlens, 2**31 - 1, 2**31 - 1, return_attn_probs=True)
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_varlen_loose_max_seqlen_is_only_a_bound(device, deterministic):
+    """max_seqlen_q/k bound the sequences' lengths; a model's largest (2**31 - 1 here) gives the
+    same bits as the tight bounds, forward and backward (the library lowers them to the packed
+    rows it holds)."""
+    seqlens_q, seqlens_k = [17, 0, 40], [33, 5, 64]
+    q = torch.randn(sum(seqlens_q), 6, 64, dtype=torch.bfloat16, device=device)
+    k = torch.randn(sum(seqlens_k), 2, 64, dtype=torch.bfloat16, device=device)
+    v = torch.randn_like(k)
+    dout = torch.randn_like(q)
+    results = []
+    for bounds in ((40, 64), (2**31 - 1, 2**31 - 1)):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = flash_attn_varlen_func(*leaves, cu(seqlens_q, device), cu(seqlens_k, device), *bounds,
+                                     causal=True, deterministic=deterministic)
+        out.backward(dout)
+        results.append([out] + [x.grad for x in leaves])
+    for tight, loose in zip(*results):
+        assert not tight.isnan().any() and torch.equal(tight, loose)
+
+
 def test_varlen_deterministic_backward_is_bitwise_stable(device):
     seqlens = [33, 200, 1]
     q = torch.randn(sum(seqlens), 8, 64, dtype=torch.float16, device=device)
