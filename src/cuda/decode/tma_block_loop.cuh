@@ -149,6 +149,23 @@ __device__ __forceinline__ int block_box_keys(const PageWindow& pw, const Decode
   return pw.on ? kKeys : args.tma_box_keys;
 }
 
+// Issue a box's K and V copies, slab by slab (64 columns a slab), into the stage at byte `offset`
+// of each slab (j * 128 for the box from key j of the block), for the key at `pos` on page `unit`.
+// The key's row in its page is a multiply and a shift (page_div) instead of a runtime division.
+template <typename Ring>
+__device__ __forceinline__ void tma_copy_box(const DecodeArgs& args, const BlockWalk& w, Ring* ring, int warp,
+                                             int stage, uint64_t* bar, int pos, int64_t unit, int offset) {
+  const int row = args.p.block_table ? args.page_div.mod(pos) : pos;
+  const uint64_t policy = l2_evict_first_policy();
+#pragma unroll
+  for (int s = 0; s < Ring::kSlabs; ++s) {
+    tma_load_4d(&args.tma_k, ring->k[warp][stage] + (s * Ring::kSlabBytes + offset), bar, 64 * s, w.kv_head, row,
+                static_cast<int>(unit), policy);
+    tma_load_4d(&args.tma_v, ring->v[warp][stage] + (s * Ring::kSlabBytes + offset), bar, 64 * s, w.kv_head, row,
+                static_cast<int>(unit), policy);
+  }
+}
+
 // Lane 0's request of a block that is one TMA box: a contiguous cache (args.tma_box_keys == kKeys,
 // cuda_decode.cu) or pages read through the window (pages of whole blocks).  The general path
 // below loops over boxes of the runtime args.tma_box_keys and looks each one's page up in
@@ -168,16 +185,7 @@ __device__ __forceinline__ void tma_request_whole_block(const DecodeArgs& args, 
     return;
   }
   mbarrier_arrive_expect_tx(bar, 2 * Ring::kSlabs * Ring::kKeys * 128);
-  // The key's row in its page: a multiply and a shift (page_div) instead of a runtime division.
-  const int row = args.p.block_table ? args.page_div.mod(pos0) : pos0;
-  const uint64_t policy = l2_evict_first_policy();
-#pragma unroll
-  for (int s = 0; s < Ring::kSlabs; ++s) {
-    tma_load_4d(&args.tma_k, ring->k[warp][stage] + s * Ring::kSlabBytes, bar, 64 * s, w.kv_head, row,
-                static_cast<int>(unit), policy);
-    tma_load_4d(&args.tma_v, ring->v[warp][stage] + s * Ring::kSlabBytes, bar, 64 * s, w.kv_head, row,
-                static_cast<int>(unit), policy);
-  }
+  tma_copy_box(args, w, ring, warp, stage, bar, pos0, unit, 0);
 }
 
 // Lane 0: request the warp's i-th block into stage i % kStages (`page`: window_page(pw, i), which
@@ -221,17 +229,7 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
     bool ok;
     const int64_t unit = box_unit(args, seq, pos0 + j, pw, page, ok);
     if (!ok) continue;
-    // The key's row in its page: a multiply and a shift (page_div) instead of a runtime division.
-    const int row = p.block_table ? args.page_div.mod(pos0 + j) : pos0 + j;
-    const uint64_t policy = l2_evict_first_policy();
-#pragma unroll
-    for (int s = 0; s < Ring::kSlabs; ++s) {
-      const int offset = s * Ring::kSlabBytes + j * 128;
-      tma_load_4d(&args.tma_k, ring->k[warp][stage] + offset, bar, 64 * s, w.kv_head, row, static_cast<int>(unit),
-                       policy);
-      tma_load_4d(&args.tma_v, ring->v[warp][stage] + offset, bar, 64 * s, w.kv_head, row, static_cast<int>(unit),
-                       policy);
-    }
+    tma_copy_box(args, w, ring, warp, stage, bar, pos0 + j, unit, j * 128);
   }
 }
 
