@@ -123,7 +123,7 @@ def test_varlen_rows_past_the_last_sequence(device):
 def test_varlen_probs_past_memory_name_return_attn_probs(device):
     """attn_probs is sized by the bounds the caller gives; one that cannot be allocated raises
     torch's error type with the argument that asked for it."""
-    q = torch.randn(10, 2, 16, device=device)
+    q = torch.randn(10, 2, 16, dtype=torch.bfloat16, device=device)
     cu_seqlens = cu([10], device)
     with pytest.raises(RuntimeError, match="return_attn_probs"):
         flash_attn_varlen_func(q, q, q, cu_seqlens, cu_seqlens, 2**31 - 1, 2**31 - 1, return_attn_probs=True)
