@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <new>
+#include <string>
 
 #include "api/backends.h"
 #include "api/host_index_copy.h"
@@ -50,6 +52,23 @@ ForwardParams with_varlen_bounds(ForwardParams p) {
   return p;
 }
 
+// The CPU backend's float32 copies and scratch grow with the call's sizes (the backward's dQ
+// partials are chunks x heads x rows x head_dim floats); a valid call whose scratch the host cannot
+// hold raises naming q and those sizes rather than std::bad_alloc's bare "out of host memory"
+// (a C API fuzz's backward with 2^30 heads).
+template <typename Run>
+void on_host(const ForwardParams& f, const char* what, Run run) {
+  try {
+    run();
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kUnsupported, "q",
+                std::string("q: the CPU ") + what + "'s float32 copies and scratch for batch " +
+                    std::to_string(f.batch) + " x num_heads " + std::to_string(f.num_heads) + " x seqlen_q " +
+                    std::to_string(f.seqlen_q) + " x head_dim " + std::to_string(f.head_dim) +
+                    " do not fit in host memory");
+  }
+}
+
 #ifdef TILEATTN_WITH_CUDA
 // TILEATTN_CHECK_CONTENTS=on: a CUDA call copies its index arrays to the host (a stream sync per
 // array, and no CUDA-graph capture) and raises for a bad entry as the CPU backend does, naming the
@@ -90,7 +109,7 @@ void forward(const ForwardParams& params) {
   const ForwardParams p = resolve_defaults(bounded);
   if (p.device == TILEATTN_DEVICE_CPU) {
     validate_sequence_lengths(p);
-    cpu_forward(p);
+    on_host(p, "forward", [&] { cpu_forward(p); });
     return;
   }
 #ifdef TILEATTN_WITH_CUDA
@@ -109,7 +128,7 @@ void backward(const BackwardParams& params) {
   p.fwd = resolve_defaults(p.fwd);
   if (p.fwd.device == TILEATTN_DEVICE_CPU) {
     validate_sequence_lengths(p.fwd);
-    cpu_backward(p);
+    on_host(p.fwd, "backward", [&] { cpu_backward(p); });
     return;
   }
 #ifdef TILEATTN_WITH_CUDA
@@ -134,7 +153,7 @@ void forward_kvcache(const KvCacheParams& params) {
       p.fwd.cu_seqlens_k = p.fwd.seqused_k = nullptr;
     }
     validate_kvcache_contents(p);
-    cpu_forward_kvcache(p);
+    on_host(p.fwd, "decode", [&] { cpu_forward_kvcache(p); });
     return;
   }
   // On CUDA the index arrays (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) stay

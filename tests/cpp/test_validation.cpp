@@ -297,6 +297,38 @@ TEST(Validation, BackwardWithoutRows) {
   EXPECT_NO_THROW(backward(empty.b));
 }
 
+// A valid backward whose float32 scratch no host holds (2^30 heads x 2^16 query rows: delta alone is
+// 256 TB, past a 47-bit address space) raises naming q and the sizes, not a bare "out of host
+// memory".  The inputs are broadcast (stride 0); the gradients are address ranges no process maps
+// (from 2^55), apart from every input so the overlap rules pass: the backend fails at its first
+// allocation, before it touches an output.
+TEST(Validation, BackwardScratchPastHostMemory) {
+  Valid v;
+  BackwardParams& b = v.b;
+  ForwardParams& f = b.fwd;
+  const int64_t heads = int64_t{1} << 30, rows = int64_t{1} << 16;
+  f.batch = 1, f.num_heads = f.num_heads_k = static_cast<int>(heads), f.seqlen_q = static_cast<int>(rows);
+  f.q_batch_stride = f.q_row_stride = f.q_head_stride = 0;
+  f.k_batch_stride = f.k_head_stride = 0, f.v_batch_stride = f.v_head_stride = 0;
+  f.out_batch_stride = f.out_row_stride = f.out_head_stride = 0;
+  f.lse_batch_stride = f.lse_head_stride = 0;
+  b.dout_batch_stride = b.dout_row_stride = b.dout_head_stride = 0;
+  b.dq_head_stride = 8, b.dq_row_stride = heads * 8, b.dq_batch_stride = rows * heads * 8;
+  b.dk_head_stride = b.dv_head_stride = 8, b.dk_row_stride = b.dv_row_stride = heads * 8;
+  b.dk_batch_stride = b.dv_batch_stride = 7 * heads * 8;
+  b.dq = reinterpret_cast<void*>(uintptr_t{1} << 55);
+  b.dk = reinterpret_cast<void*>(uintptr_t{1} << 56);
+  b.dv = reinterpret_cast<void*>(uintptr_t{1} << 57);
+  try {
+    backward(b);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "q") << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1073741824"), std::string::npos) << e.what();
+  }
+}
+
 // A valid decode call: B=2, one query token, H=4 over Hk=2, D=8, a contiguous cache of 2 x 16.
 struct KvValid {
   std::vector<float> q = std::vector<float>(2 * 4 * 8, 0.5f), out = q, lse = std::vector<float>(2 * 4);
