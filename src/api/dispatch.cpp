@@ -27,6 +27,13 @@ ForwardParams resolve_defaults(ForwardParams p) {
   return p;
 }
 
+// A max_seqlen bound lowered to the packed rows it counts (at least 1, so a call without rows keeps
+// a bound validation accepts); a bound already below them, or a negative row count, is kept for
+// validation to refuse.
+int lowered_to_rows(int bound, int64_t rows) {
+  return rows < 0 ? bound : static_cast<int>(std::min<int64_t>(bound, std::max<int64_t>(rows, 1)));
+}
+
 // With packed query rows max_seqlen_q (fwd.seqlen_q) is only an upper bound, often the model's
 // largest, while no sequence has more rows than the call's total_q: the bound is taken as
 // min(max_seqlen_q, total_q) before validation (2^31 - 1 is then a valid bound) and before the
@@ -34,9 +41,7 @@ ForwardParams resolve_defaults(ForwardParams p) {
 // also sizes by the longest sequence it reads).  Validation still refuses a bound below a
 // sequence's row count.
 KvCacheParams with_packed_rows_bound(KvCacheParams p) {
-  if (p.fwd.cu_seqlens_q != nullptr && p.fwd.total_q >= 0) {
-    p.fwd.seqlen_q = static_cast<int>(std::min<int64_t>(p.fwd.seqlen_q, std::max<int64_t>(p.fwd.total_q, 1)));
-  }
+  if (p.fwd.cu_seqlens_q != nullptr) p.fwd.seqlen_q = lowered_to_rows(p.fwd.seqlen_q, p.fwd.total_q);
   return p;
 }
 
@@ -47,8 +52,8 @@ KvCacheParams with_packed_rows_bound(KvCacheParams p) {
 // written as zeros up to the bounds the caller gave.
 ForwardParams with_varlen_bounds(ForwardParams p) {
   if (p.cu_seqlens_q == nullptr || p.attn_probs != nullptr) return p;
-  if (p.total_q >= 0) p.seqlen_q = static_cast<int>(std::min<int64_t>(p.seqlen_q, std::max<int64_t>(p.total_q, 1)));
-  if (p.total_k >= 0) p.seqlen_k = static_cast<int>(std::min<int64_t>(p.seqlen_k, std::max<int64_t>(p.total_k, 1)));
+  p.seqlen_q = lowered_to_rows(p.seqlen_q, p.total_q);
+  p.seqlen_k = lowered_to_rows(p.seqlen_k, p.total_k);
   return p;
 }
 
