@@ -198,7 +198,6 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
   const int block = w.begin + warp + i * kWarps;
   if (block >= w.end) return;
   const int stage = i % Ring::kStages, pos0 = w.base + block * Ring::kKeys;
-  const int box = block_box_keys<Ring::kKeys>(pw, args);
   const tileattn_kvcache_params& p = args.p;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A block holding a position the append kernel writes is requested once that kernel has
@@ -212,10 +211,13 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
     tma_request_whole_block<Ring>(args, seq, w, ring, warp, stage, pos0, pw, page, bar);
     return;
   }
+  // Pages smaller than the block, without the window: boxes of gcd(block, page size) keys, each
+  // one's page looked up in block_table.
+  const int box = args.tma_box_keys;
   uint32_t bytes = 0;
   for (int j = 0; j < Ring::kKeys; j += box) {
     bool ok = false;
-    if (box_visible(w, pos0 + j, box)) box_unit(args, seq, pos0 + j, pw, page, ok);
+    if (box_visible(w, pos0 + j, box)) position_unit(args, seq, pos0 + j, ok);
     if (ok) bytes += 2 * Ring::kSlabs * box * 128;
   }
   fence_proxy_async();  // the warp's reads (and edge fills) of this stage before TMA rewrites it
@@ -227,7 +229,7 @@ __device__ __forceinline__ void tma_request_block(const DecodeArgs& args, const 
   for (int j = 0; j < Ring::kKeys; j += box) {
     if (!box_visible(w, pos0 + j, box)) continue;
     bool ok;
-    const int64_t unit = box_unit(args, seq, pos0 + j, pw, page, ok);
+    const int64_t unit = position_unit(args, seq, pos0 + j, ok);
     if (!ok) continue;
     tma_copy_box(args, w, ring, warp, stage, bar, pos0 + j, unit, j * 128);
   }
