@@ -17,6 +17,7 @@
 #include "common/philox.h"
 #include "cuda/check.h"
 #include "cuda/device_checks.h"
+#include "cuda/forward_kernels.h"
 #include "cuda/index_poison.h"
 #include "cuda/kernel_family.h"
 #include "cuda/launch_api.h"
@@ -92,22 +93,8 @@ bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, i
 }  // namespace
 }  // namespace cuda
 
-void cuda_forward(const ForwardParams& p) {
+void cuda::run_forward_kernels(const ForwardParams& p) {
   using namespace cuda;
-  require_sm80();
-  require_device_pointer(p.q, "q");
-  require_device_pointer(p.k, "k");
-  require_device_pointer(p.v, "v");
-  require_device_pointer(p.out, "out");
-  require_device_pointer(p.softmax_lse, "softmax_lse");
-  require_device_pointer(p.attn_probs, "attn_probs");
-  require_device_pointer(p.cu_seqlens_q, "cu_seqlens_q");
-  require_device_pointer(p.cu_seqlens_k, "cu_seqlens_k");
-  require_device_pointer(p.seqused_k, "seqused_k");
-  require_device_pointer(p.alibi_slopes, "alibi_slopes");
-  if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) return;
-  require_grid_fits(p);
-
   FwdKernelArgs args{};
   args.params = p;
   const bool dropout = p.dropout_p > 0.f;
@@ -143,7 +130,25 @@ void cuda_forward(const ForwardParams& p) {
     launch_fallback_forward(args, stream);
   }
   if (p.attn_probs != nullptr) launch_attn_probs(args, stream);
-  poison_out_of_bounds_forward(p, stream);
+}
+
+void cuda_forward(const ForwardParams& p) {
+  using namespace cuda;
+  require_sm80();
+  require_device_pointer(p.q, "q");
+  require_device_pointer(p.k, "k");
+  require_device_pointer(p.v, "v");
+  require_device_pointer(p.out, "out");
+  require_device_pointer(p.softmax_lse, "softmax_lse");
+  require_device_pointer(p.attn_probs, "attn_probs");
+  require_device_pointer(p.cu_seqlens_q, "cu_seqlens_q");
+  require_device_pointer(p.cu_seqlens_k, "cu_seqlens_k");
+  require_device_pointer(p.seqused_k, "seqused_k");
+  require_device_pointer(p.alibi_slopes, "alibi_slopes");
+  if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) return;
+  require_grid_fits(p);
+  run_forward_kernels(p);
+  poison_out_of_bounds_forward(p, static_cast<cudaStream_t>(p.stream));
 }
 
 }  // namespace tileattn

@@ -12,15 +12,19 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "api/backends.h"
 #include "common/env_choice.h"
 #include "cuda/check.h"
 #include "cuda/decode/decode_launch.h"
+#include "cuda/decode/kvcache_forward_route.h"
 #include "cuda/device_checks.h"
+#include "cuda/forward_kernels.h"
 #include "cuda/index_poison.h"
 #include "cuda/kernel_family.h"
+#include "cuda/stream_workspace.h"
 #include "cuda/tensor_map_encoder.h"
 
 namespace tileattn {
@@ -201,6 +205,32 @@ cuda::decode::DecodeArgs shape_args(const KvCacheParams& p) {
   return args;
 }
 
+// A call with many query rows on the forward kernels (kvcache_forward_route.h): the append kernel
+// when new tokens come, then each sequence's key count (NaN outputs for a sequence whose indices
+// break the rules, which the forward then skips), then the forward.
+void run_on_forward(const KvCacheParams& p, cudaStream_t stream) {
+  using namespace cuda;
+  const int64_t bytes = decode::forward_route_workspace_bytes(p);
+  if (p.workspace != nullptr && p.workspace_bytes < bytes) {
+    throw Error(ErrorCode::kInvalidArgument, "workspace",
+                "the call needs " + std::to_string(bytes) + " bytes of workspace, got " +
+                    std::to_string(p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
+  }
+  std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the forward
+  int32_t* lengths = static_cast<int32_t*>(p.workspace);
+  if (lengths == nullptr) lengths = reinterpret_cast<int32_t*>(pool.emplace(stream).ints(p.fwd.batch));
+  if (p.k_new != nullptr) {
+    const decode::DecodeArgs args = shape_args(p);
+    if (p.fwd.dtype == TILEATTN_FLOAT16) {
+      decode::run_append<__half>(args, stream);
+    } else {
+      decode::run_append<__nv_bfloat16>(args, stream);
+    }
+  }
+  decode::launch_route_lengths(p, lengths, stream);
+  run_forward_kernels(decode::forward_route_params(p, lengths));
+}
+
 }  // namespace
 
 int64_t cuda_kvcache_workspace_size(const KvCacheParams& p) {
@@ -213,8 +243,11 @@ int64_t cuda_kvcache_workspace_size(const KvCacheParams& p) {
   decode::DecodeArgs args = shape_args(p);
   args.tma = tma_possible(p);
   args.ring = static_cast<unsigned char>(args.tma ? ring_chosen(args, ring) : decode::kLoopRing);
-  if (f.dtype == TILEATTN_FLOAT16) return decode::workspace_bytes<__half>(args);
-  if (f.dtype == TILEATTN_BFLOAT16) return decode::workspace_bytes<__nv_bfloat16>(args);
+  // The most either path may take: the route is chosen per call (TILEATTN_KVCACHE_FORWARD is read
+  // at every call), so the size covers both wherever the route is possible.
+  const int64_t route = decode::forward_route_workspace_bytes(p);
+  if (f.dtype == TILEATTN_FLOAT16) return std::max(route, decode::workspace_bytes<__half>(args));
+  if (f.dtype == TILEATTN_BFLOAT16) return std::max(route, decode::workspace_bytes<__nv_bfloat16>(args));
   throw Error(ErrorCode::kDtype, "q", "the CUDA backend takes float16 or bfloat16");
 }
 
@@ -232,6 +265,13 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   const RingChoice ring = ring_choice();
   if (f.batch == 0 || f.seqlen_q == 0 || f.num_heads == 0) return;
   require_grid_fits(f);
+  if (f.dtype != TILEATTN_FLOAT16 && f.dtype != TILEATTN_BFLOAT16) {
+    throw Error(ErrorCode::kDtype, "q", "the CUDA backend takes float16 or bfloat16");
+  }
+  if (decode::forward_route_taken(p)) {
+    run_on_forward(p, static_cast<cudaStream_t>(f.stream));
+    return;
+  }
 
   decode::DecodeArgs args = shape_args(p);
   args.vector_q = vector_aligned(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
@@ -241,10 +281,8 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   const cudaStream_t stream = static_cast<cudaStream_t>(f.stream);
   if (f.dtype == TILEATTN_FLOAT16) {
     decode::run_decode<__half>(args, stream);
-  } else if (f.dtype == TILEATTN_BFLOAT16) {
-    decode::run_decode<__nv_bfloat16>(args, stream);
   } else {
-    throw Error(ErrorCode::kDtype, "q", "the CUDA backend takes float16 or bfloat16");
+    decode::run_decode<__nv_bfloat16>(args, stream);
   }
   if (f.cu_seqlens_q != nullptr) {
     // Packed query rows whose cu_seqlens_q break a rule had no live slot (decode::query_slots):

@@ -328,8 +328,15 @@ RingWave ring_wave(const DecodeArgs& args, int loop) {
   });
 }
 
+template <typename T>
+void run_append(const DecodeArgs& args, cudaStream_t stream) {
+  launch_programmatic(append_kernel<T>, dim3(args.p.seqlen_new, args.p.fwd.batch), 0, stream, args,
+                      "decode append kernel launch");
+}
+
 #define TILEATTN_INSTANTIATE_DECODE(T)                    \
   template void run_decode<T>(DecodeArgs, cudaStream_t); \
+  template void run_append<T>(const DecodeArgs&, cudaStream_t); \
   template int64_t workspace_bytes<T>(const DecodeArgs&); \
   template RingWave ring_wave<T>(const DecodeArgs&, int);
 

@@ -16,6 +16,11 @@ namespace tileattn::cuda::decode {
 template <typename T>
 void run_decode(DecodeArgs args, cudaStream_t stream);
 
+// The append kernel alone: k_new/v_new written into the cache (kvcache_forward_route.h's calls,
+// which then attend on the forward kernels).
+template <typename T>
+void run_append(const DecodeArgs& args, cudaStream_t stream);
+
 // Bytes of workspace run_decode may need for these args (args.tma: whether the TMA kernel is
 // possible for the call), the most over the kernels it could pick; 0 when none splits.
 template <typename T>

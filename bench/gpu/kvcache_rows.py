@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""KV-cache calls with many query rows (a chunked prefill through flash_attn_with_kvcache): how the
+decode kernels, which give every 16 rows of a KV group a CTA of their own that streams the whole
+cache, compare with the forward kernels on the same data as the query rows grow.
+
+Shapes: batch B, a full cache of L keys, 32 query heads over 8 KV heads, d 128, bf16, Sq query
+rows a sequence (no append), non-causal and causal (bottom-right, as flash-attn aligns Sq < Sk).
+Columns, each timed by CUDA events over queued calls in interleaved rounds:
+  kvcache       tileattn.flash_attn_with_kvcache on the contiguous cache, cache_seqlens = L, the
+                library's choice of kernels (TILEATTN_KVCACHE_FORWARD=auto)
+  decode, route the same call forced onto the decode kernels (=off) or the forward kernels (=on)
+  kvcache-p16   the same memory as pages of 16 in a random order (the decode kernels)
+  forward       tileattn.flash_attn_func(q, k_cache, v_cache) on the same data (the sm90 forward)
+  cudnn, flash  SDPA's backends, non-causal only (enable_gqa; their causal mask is top-left)
+TFLOP/s by FA's formula, 4 B H Sq L d, halved when causal (for Sq << L the causal call does
+almost the non-causal work, so its TFLOP/s reads low; the times are what to compare).
+
+    python3 bench/gpu/kvcache_rows.py [--batch 4] [--length 4096] [--rows 1 2 4 8 16 32 64 128 512 1024]
+"""
+import argparse
+import datetime
+import os
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import timing  # bench/gpu/timing.py: puts the repository root on sys.path
+import tileattn  # noqa: E402
+
+HEADS, HEADS_K, DIM = 32, 8, 128
+
+
+def with_route(call, value):
+    """call() with TILEATTN_KVCACHE_FORWARD set to value (read by the library at every call)."""
+    def run():
+        os.environ["TILEATTN_KVCACHE_FORWARD"] = value
+        return call()
+    return run
+
+
+def columns(q, k_cache, v_cache, causal):
+    """name -> zero-argument call."""
+    batch, length = k_cache.shape[:2]
+    seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
+    page = 16
+    blocks = batch * length // page
+    k_pages = k_cache.view(blocks, page, HEADS_K, DIM)
+    v_pages = v_cache.view(blocks, page, HEADS_K, DIM)
+    table = torch.randperm(blocks, device="cuda", dtype=torch.int32).view(batch, length // page)
+    def contiguous():
+        return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, causal=causal)
+
+    fns = {
+        "kvcache": with_route(contiguous, "auto"),
+        "decode": with_route(contiguous, "off"),
+        "route": with_route(contiguous, "on"),
+        "kvcache-p16": with_route(lambda: tileattn.flash_attn_with_kvcache(
+            q, k_pages, v_pages, cache_seqlens=seqlens, block_table=table, causal=causal), "auto"),
+        "forward": lambda: tileattn.flash_attn_func(q, k_cache, v_cache, causal=causal),
+    }
+    if not causal:
+        qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+        for name, kind in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            def run(kind=kind):
+                with sdpa_kernel(kind):
+                    return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+            fns[name] = run
+    return fns
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--length", type=int, default=4096)
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 512, 1024])
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    print(f"# {torch.cuda.get_device_name()}, {datetime.date.today().isoformat()}, torch {torch.__version__}, tileattn {tileattn.library_path()}, "
+          f"commit {timing.git_commit()}; B {args.batch}, L {args.length}, {HEADS}/{HEADS_K} heads, d {DIM}, bf16")
+    names = ["kvcache", "decode", "route", "kvcache-p16", "forward", "cudnn", "flash"]
+    print(f"{'causal':>6} {'Sq':>5} | " + " ".join(f"{n:>14}" for n in names) + "   (us | TFLOP/s)")
+    shape = (args.batch, args.length, HEADS_K, DIM)
+    k_cache = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    for causal in (False, True):
+        for rows in args.rows:
+            q = torch.randn(args.batch, rows, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
+            fns = columns(q, k_cache, v_cache, causal)
+            times = {name: [] for name in fns}
+            for name, fn in fns.items():
+                fn()
+            orders = timing.round_orders(len(fns))
+            order_names = list(fns)
+            for r in range(args.rounds):
+                for name in (order_names[k] for k in orders[r % len(orders)]):
+                    times[name].append(timing.median_ms(fns[name], 5, warmup=2, queue=5))
+            flops = 4 * args.batch * HEADS * rows * args.length * DIM / (2 if causal else 1)
+            cells = []
+            for name in names:
+                if name not in times:
+                    cells.append(f"{'-':>14}")
+                    continue
+                ms = statistics.median(times[name])
+                cells.append(f"{ms * 1e3:>7.0f} {flops / ms / 1e9:>6.0f}")
+            print(f"{str(causal):>6} {rows:>5} | " + " ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+// KV-cache calls with many query rows (a chunked prefill through flash_attn_with_kvcache) on the
+// forward kernels.  The decode kernels give every 16 rows of a KV group a CTA of their own that
+// streams the sequence's whole cache with m16 mma.sync tiles: at 512 rows a sequence (32 query
+// heads over 8, 4 x 4k keys) 1248 us against the sm90 forward's 181 us on the same data, at 16 rows
+// 50 against 37, while at one row the decode kernels lead, 33 against 37 (H100, session 62,
+// bench/results/h100-kvcache-rows-2026-12-06-session62.txt).  The forward reads a contiguous cache
+// as its k/v in batch form, each sequence's keys being its cache length after the append, given
+// as seqused_k; what it cannot express (pages, cache_batch_idx, cache_leftpad, rotary, packed query
+// rows, a fixed num_splits, whose batch-invariant bits only the split kernels keep) stays on the
+// decode kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tileattn/tileattn.hpp"
+
+namespace tileattn::cuda::decode {
+
+// Whether the forward kernels can serve the call at all (the shapes and options above).
+bool forward_route_possible(const KvCacheParams& p);
+
+// Whether this call takes them: TILEATTN_KVCACHE_FORWARD = auto (default) | on | off, read on every
+// call; `on` takes every call they can serve, `auto` those with at least kRouteMinSeqlenQ query rows
+// a sequence and kRouteMinGroupRows a KV group.
+bool forward_route_taken(const KvCacheParams& p);
+
+// Workspace the route needs (one int32 key count a sequence, 256-byte rounded), 0 where it is not
+// possible.
+int64_t forward_route_workspace_bytes(const KvCacheParams& p);
+
+// lengths[b] = sequence b's keys after the append (cache_seqlens[b] + seqlen_new), or -1 where its
+// index arrays break the rules (decode_args.h's sequence_keys: the forward then skips it), whose
+// out rows and LSE this writes NaN, as the decode kernels do.  Launched after the append kernel.
+void launch_route_lengths(const KvCacheParams& p, int32_t* lengths, cudaStream_t stream);
+
+// The forward's params for the call: q, out, softmax_lse and the options as given, k/v the cache
+// in batch form (fwd.seqlen_k = Smax), seqused_k = lengths.
+ForwardParams forward_route_params(const KvCacheParams& p, const int32_t* lengths);
+
+}  // namespace tileattn::cuda::decode

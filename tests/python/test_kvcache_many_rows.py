@@ -1,0 +1,143 @@
+"""flash_attn_with_kvcache with many query rows a sequence (a chunked prefill through the KV-cache
+call), on every device.  On CUDA these calls run on the forward kernels when the cache is
+contiguous and nothing else asks for the decode kernels (src/cuda/decode/kvcache_forward_route.h;
+TILEATTN_KVCACHE_FORWARD = auto | on | off): new tokens appended first, each sequence's keys its
+cache length after the append, masks bottom-right over them.  Checked against float64 with FA's
+rule, the appended entries inside the cache, NaN in every slot a sequence does not own."""
+
+import re
+
+import pytest
+import torch
+
+import tileattn
+from tileattn import _ffi, _kvcache_ops
+from test_kvcache import DEFAULTS, check_against_reference, make_problem
+
+# (options, capacity): the cache lengths are 0, 17 and capacity - seqlen_new - 5 (make_problem).
+CASES = {
+    # 64 new tokens appended and attended causally, 4 query heads a KV head: 256 rows a group.
+    "append64_causal_gqa4": (dict(heads=16, heads_k=4, dim=128, seqlen_new=64, causal=True), 512),
+    # 7 query heads a KV head, 17 rows over the cache alone, non-causal.
+    "rows17_gqa7_no_append": (dict(heads=14, heads_k=2, dim=64, seqlen_new=0, seqlen_q=17), 512),
+    # More query rows than new tokens: rows 0-99 see the cache's keys up to their own position.
+    "rows127_window_softcap_alibi": (dict(heads=8, heads_k=2, dim=64, seqlen_new=27, seqlen_q=127, causal=True,
+                                          window=(100, 0), softcap=15.0, alibi=True), 512),
+    "d256_rows32_append": (dict(heads=8, heads_k=2, dim=256, seqlen_new=32, causal=True), 512),
+    "mha_rows1000_long_cache": (dict(heads=2, heads_k=2, dim=128, seqlen_new=1000, causal=True), 2048),
+    "d72_rows40_right_window": (dict(heads=8, heads_k=4, dim=72, seqlen_new=8, seqlen_q=40, window=(-1, 5)), 512),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kvcache_many_rows(case, dtype, device):
+    options, capacity = CASES[case]
+    opts = dict(DEFAULTS, **options)
+    args, slot, first = make_problem(opts, dtype, device, capacity=capacity)
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, dtype, args, slot, first, out, lse)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
+@pytest.mark.parametrize("route", ["on", "off"])
+@pytest.mark.parametrize("case", ["append64_causal_gqa4", "rows127_window_softcap_alibi"])
+def test_both_kernel_paths(case, route, monkeypatch):
+    """The same calls forced onto the forward kernels and onto the decode kernels."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", route)
+    options, capacity = CASES[case]
+    opts = dict(DEFAULTS, **options)
+    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", capacity=capacity)
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
+@pytest.mark.parametrize("seqlen_new", [0, 24])
+def test_bad_cache_seqlens_give_nan_rows(seqlen_new):
+    """The CUDA backend reads no index array on the host.  On the forward route, as on the decode
+    kernels, a sequence whose cache_seqlens is out of range (negative, or past the cache with its
+    new tokens) gets NaN out and LSE and no append; the others are right."""
+    opts = dict(DEFAULTS, heads=16, heads_k=4, dim=64, seqlen_new=seqlen_new, seqlen_q=24, causal=True)
+    seqlens = torch.tensor([20, 128 - seqlen_new + 1, 60, -3], dtype=torch.int32)
+    good = torch.tensor([20, 40, 60, 10], dtype=torch.int32)
+    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=4, capacity=128, cache_seqlens=good)
+    args["cache_seqlens"].copy_(seqlens.cuda())
+    before = args["k_cache"].clone()
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    torch.cuda.synchronize()
+    for b in (1, 3):
+        assert out[b].isnan().all() and lse[b].isnan().all(), f"sequence {b}"
+    for b in (0, 2):
+        assert not out[b].isnan().any() and not lse[b].isnan().any(), f"sequence {b}"
+    after, filled = args["k_cache"], ~before.isnan()
+    assert torch.equal(after[filled], before[filled]), "a valid cache entry changed"
+    written = int((after.isnan() != before.isnan()).sum())
+    assert written == 2 * seqlen_new * opts["heads_k"] * opts["dim"], "only sequences 0 and 2 may append"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="read by the CUDA backend")
+def test_route_choice_is_checked(monkeypatch):
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "always")
+    opts = dict(DEFAULTS, heads=16, heads_k=4, dim=64, seqlen_new=0, seqlen_q=32)
+    args, _, _ = make_problem(opts, torch.bfloat16, "cuda")
+    with pytest.raises(Exception, match="TILEATTN_KVCACHE_FORWARD must be auto, on or off"):
+        tileattn.flash_attn_with_kvcache(**args)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs")
+def test_many_rows_in_a_cuda_graph():
+    """A prefill chunk captured once and replayed with new cache lengths: the route's key counts
+    come from cache_seqlens on the device at every replay."""
+    opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=32, causal=True)
+    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=3, capacity=256,
+                                     cache_seqlens=torch.tensor([0, 17, 200], dtype=torch.int32))
+    pristine = (args["k_cache"].clone(), args["v_cache"].clone())
+    static = dict(args)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        tileattn.flash_attn_with_kvcache(**static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = tileattn.flash_attn_with_kvcache(**static)
+    for seqlens in ([5, 100, 224], [224, 0, 64]):
+        static["k_cache"].copy_(pristine[0])
+        static["v_cache"].copy_(pristine[1])
+        lengths = torch.tensor(seqlens, dtype=torch.int32)
+        fresh, slot, first = make_problem(opts, torch.bfloat16, "cpu", batch=3, capacity=256, cache_seqlens=lengths)
+        for name in ("q", "k_cache", "v_cache", "k", "v", "cache_seqlens"):
+            static[name].copy_(fresh[name])
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_reference(opts, torch.bfloat16, static, slot, first, out, lse)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
+def test_route_workspace_is_checked_before_anything_runs(monkeypatch):
+    """The route keeps each sequence's key count in the workspace (4 bytes a sequence, in 256-byte
+    units); the size query covers it, and a workspace too small is refused naming it before the
+    new tokens are appended."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "on")
+    q = torch.randn(70, 32, 4, 64, dtype=torch.bfloat16, device="cuda")
+    k_cache = torch.randn(70, 256, 2, 64, dtype=torch.bfloat16, device="cuda")
+    v_cache = torch.randn_like(k_cache)
+    k, v = torch.randn(2, 70, 32, 2, 64, dtype=torch.bfloat16, device="cuda")
+    seqlens = torch.full((70,), 100, dtype=torch.int32, device="cuda")
+    params, out, lse, copies = _kvcache_ops.kvcache_params(
+        q, k_cache, v_cache, k, v, None, None, seqlens, None, None, None, 64 ** -0.5, -1, -1, 0.0,
+        True, None, 0)
+    assert not copies
+    needed = _ffi.library().kvcache_workspace_size(params)
+    assert needed >= 512 and needed % 256 == 0  # 70 sequences: 280 bytes of key counts
+    small = torch.empty(256, dtype=torch.uint8, device="cuda")
+    params.workspace, params.workspace_bytes = small.data_ptr(), 256
+    before = k_cache[:, 100].clone()
+    with pytest.raises(_ffi.InvalidArgumentError) as info:
+        _ffi.library().forward_kvcache(params)
+    assert info.value.argument == "workspace"
+    assert re.search(r"needs 512 bytes of workspace, got 256", str(info.value)), str(info.value)
+    torch.cuda.synchronize()
+    assert torch.equal(k_cache[:, 100], before)
