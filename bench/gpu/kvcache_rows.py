@@ -5,11 +5,13 @@ cache, compare with the forward kernels on the same data as the query rows grow.
 
 Shapes: batch B, a full cache of L keys, 32 query heads over 8 KV heads, d 128, bf16, Sq query
 rows a sequence (no append), non-causal and causal (bottom-right, as flash-attn aligns Sq < Sk).
-Columns, each timed by CUDA events over queued calls in interleaved rounds:
+Columns, each timed by CUDA events around 5 calls queued back to back (eager launches: on a slow
+host the calls of a few rows are host-bound, as on session 62's second H100), in balanced rounds:
   kvcache       tileattn.flash_attn_with_kvcache on the contiguous cache, cache_seqlens = L, the
                 library's choice of kernels (TILEATTN_KVCACHE_FORWARD=auto)
   decode, route the same call forced onto the decode kernels (=off) or the forward kernels (=on)
   kvcache-p16   the same memory as pages of 16 in a random order (the decode kernels)
+  kvcache-p256  pages of 256 (on compute capability 9.0 the forward reads them in place)
   forward       tileattn.flash_attn_func(q, k_cache, v_cache) on the same data (the sm90 forward)
   cudnn, flash  SDPA's backends, non-causal only (enable_gqa; their causal mask is top-left)
 TFLOP/s by FA's formula, 4 B H Sq L d, halved when causal (for Sq << L the causal call does
@@ -44,11 +46,15 @@ def columns(q, k_cache, v_cache, causal):
     """name -> zero-argument call."""
     batch, length = k_cache.shape[:2]
     seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
-    page = 16
-    blocks = batch * length // page
-    k_pages = k_cache.view(blocks, page, HEADS_K, DIM)
-    v_pages = v_cache.view(blocks, page, HEADS_K, DIM)
-    table = torch.randperm(blocks, device="cuda", dtype=torch.int32).view(batch, length // page)
+
+    def paged(page):
+        """The same memory as pages of `page` rows in a random order."""
+        blocks = batch * length // page
+        k_pages = k_cache.view(blocks, page, HEADS_K, DIM)
+        v_pages = v_cache.view(blocks, page, HEADS_K, DIM)
+        table = torch.randperm(blocks, device="cuda", dtype=torch.int32).view(batch, length // page)
+        return lambda: tileattn.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=seqlens,
+                                                        block_table=table, causal=causal)
     def contiguous():
         return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, causal=causal)
 
@@ -56,8 +62,8 @@ def columns(q, k_cache, v_cache, causal):
         "kvcache": with_route(contiguous, "auto"),
         "decode": with_route(contiguous, "off"),
         "route": with_route(contiguous, "on"),
-        "kvcache-p16": with_route(lambda: tileattn.flash_attn_with_kvcache(
-            q, k_pages, v_pages, cache_seqlens=seqlens, block_table=table, causal=causal), "auto"),
+        "kvcache-p16": with_route(paged(16), "auto"),
+        "kvcache-p256": with_route(paged(256), "auto"),
         "forward": lambda: tileattn.flash_attn_func(q, k_cache, v_cache, causal=causal),
     }
     if not causal:
@@ -79,7 +85,7 @@ def main():
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}, {datetime.date.today().isoformat()}, torch {torch.__version__}, tileattn {tileattn.library_path()}, "
           f"commit {timing.git_commit()}; B {args.batch}, L {args.length}, {HEADS}/{HEADS_K} heads, d {DIM}, bf16")
-    names = ["kvcache", "decode", "route", "kvcache-p16", "forward", "cudnn", "flash"]
+    names = ["kvcache", "decode", "route", "kvcache-p16", "kvcache-p256", "forward", "cudnn", "flash"]
     print(f"{'causal':>6} {'Sq':>5} | " + " ".join(f"{n:>14}" for n in names) + "   (us | TFLOP/s)")
     shape = (args.batch, args.length, HEADS_K, DIM)
     k_cache = torch.randn(shape, device="cuda", dtype=torch.bfloat16)

@@ -90,13 +90,31 @@ bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, i
          head_stride % kVector == 0 && (varlen || batch_stride % kVector == 0);
 }
 
-}  // namespace
-}  // namespace cuda
+// Whether every tensor takes the kernels' 16-byte vectors.
+bool all_vector_aligned(const ForwardParams& p) {
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  return p.head_dim % 8 == 0 && vector_aligned(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, varlen) &&
+         vector_aligned(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, varlen) &&
+         vector_aligned(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, varlen) &&
+         vector_aligned(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, varlen);
+}
 
-void cuda::run_forward_kernels(const ForwardParams& p) {
-  using namespace cuda;
+// The sm90 instance that serves the call, or nullptr.
+const FwdInstance* sm90_instance_for(const ForwardParams& p) {
+  const bool sm90_allowed = sm90_family_allowed("TILEATTN_FORWARD_FAMILY");  // first, so a bad value always raises
+  const FwdInstance* inst = all_vector_aligned(p) && sm90_allowed && sm90_supports(p)
+                                ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
+  return inst != nullptr && is_sm90_device() && inst->smem_bytes() <= smem_optin_bytes() ? inst : nullptr;
+}
+
+}  // namespace
+
+bool sm90_forward_serves(const ForwardParams& p) { return sm90_instance_for(p) != nullptr; }
+
+void run_forward_kernels(const ForwardParams& p, const KvIndex& kv) {
   FwdKernelArgs args{};
   args.params = p;
+  args.kv = kv;
   const bool dropout = p.dropout_p > 0.f;
   args.output_scale = dropout ? 1.f / (1.f - p.dropout_p) : 1.f;
   args.dropout_threshold = dropout ? dropout_threshold(p.dropout_p) : 0u;
@@ -104,18 +122,13 @@ void cuda::run_forward_kernels(const ForwardParams& p) {
   variant.dropout = dropout;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
 
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  const bool aligned = p.head_dim % 8 == 0 &&
-                       vector_aligned(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, varlen) &&
-                       vector_aligned(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, varlen) &&
-                       vector_aligned(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, varlen) &&
-                       vector_aligned(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, varlen);
-  const bool sm90_allowed = sm90_family_allowed("TILEATTN_FORWARD_FAMILY");  // first, so a bad value always raises
-  const FwdInstance* sm90_instance =
-      aligned && sm90_allowed && sm90_supports(p) ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
+  const FwdInstance* sm90_instance = sm90_instance_for(p);
+  const bool aligned = all_vector_aligned(p);
   const FwdInstance* instance = find_instance(p.head_dim, p.dtype);
-  const bool use_sm90 =
-      sm90_instance != nullptr && is_sm90_device() && sm90_instance->smem_bytes() <= smem_optin_bytes();
+  const bool use_sm90 = sm90_instance != nullptr;
+  if (kv.num_units > 0 && !use_sm90) {
+    throw Error(ErrorCode::kInternal, "k_cache", "indexed K/V reached a forward family that cannot read them");
+  }
   // Transformed scores are scaled before the softmax; plain ones fold the scale into exp2.  The
   // sm90 family has a plain-scores kernel with dropout; the sm80 family runs dropout through its
   // transformed-scores kernel (three kernels a bucket keep that build small).
@@ -131,6 +144,8 @@ void cuda::run_forward_kernels(const ForwardParams& p) {
   }
   if (p.attn_probs != nullptr) launch_attn_probs(args, stream);
 }
+
+}  // namespace cuda
 
 void cuda_forward(const ForwardParams& p) {
   using namespace cuda;

@@ -10,9 +10,23 @@
 
 namespace tileattn::cuda {
 
+// Where K/V rows come from on the KV-cache route (decode/kvcache_forward_route.h), read by the sm90
+// family's sequence-bounds kernels only: sequence b's keys are cache entry batch_idx[b] (NULL: b),
+// or, with block_table, its key block n lies in page block_table[entry * table_stride + n /
+// (page_size / block_n)], k/v being the (num_units, page_size, Hk, D) pages.  num_units: cache
+// entries or pages (the K/V tensors' batch extent); 0 when unused.
+struct KvIndex {
+  const int32_t* batch_idx;
+  const int32_t* block_table;
+  int64_t table_stride;
+  int page_size;
+  int num_units;
+};
+
 // Host-resolved values the kernel needs beside the params.
 struct FwdKernelArgs {
   ForwardParams params;
+  KvIndex kv;  // all zero outside the KV-cache route
   float scale_log2;    // softmax_scale * log2(e) (plain scores) or log2(e) (transformed scores)
   float output_scale;  // 1 / (1 - dropout_p), or 1
   uint32_t dropout_threshold;

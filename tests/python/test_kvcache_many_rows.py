@@ -1,8 +1,9 @@
 """flash_attn_with_kvcache with many query rows a sequence (a chunked prefill through the KV-cache
-call), on every device.  On CUDA these calls run on the forward kernels when the cache is
-contiguous and nothing else asks for the decode kernels (src/cuda/decode/kvcache_forward_route.h;
-TILEATTN_KVCACHE_FORWARD = auto | on | off): new tokens appended first, each sequence's keys its
-cache length after the append, masks bottom-right over them.  Checked against float64 with FA's
+call), on every device.  On CUDA these calls run on the forward kernels where nothing asks for the
+decode kernels (src/cuda/decode/kvcache_forward_route.h; TILEATTN_KVCACHE_FORWARD = auto | on |
+off): a contiguous cache, and on compute capability 9.0 cache_batch_idx and pages of a multiple of
+128 rows too; new tokens appended first, each sequence's keys its cache length after the append,
+masks bottom-right over them.  Checked against float64 with FA's
 rule, the appended entries inside the cache, NaN in every slot a sequence does not own."""
 
 import re
@@ -26,6 +27,14 @@ CASES = {
     "d256_rows32_append": (dict(heads=8, heads_k=2, dim=256, seqlen_new=32, causal=True), 512),
     "mha_rows1000_long_cache": (dict(heads=2, heads_k=2, dim=128, seqlen_new=1000, causal=True), 2048),
     "d72_rows40_right_window": (dict(heads=8, heads_k=4, dim=72, seqlen_new=8, seqlen_q=40, window=(-1, 5)), 512),
+    # Cache entries through cache_batch_idx, and pages: on CUDA (compute capability 9.0) the forward
+    # reads pages of a multiple of 128 rows in place; pages of 16 stay on the decode kernels.
+    "batch_idx_rows32": (dict(heads=8, heads_k=2, dim=64, seqlen_new=0, seqlen_q=32, batch_idx=True), 512),
+    "paged256_batch_idx_append64": (dict(heads=16, heads_k=4, dim=128, seqlen_new=64, causal=True, page_size=256,
+                                         batch_idx=True), 1024),
+    "paged128_d256_rows32": (dict(heads=8, heads_k=2, dim=256, seqlen_new=16, seqlen_q=32, causal=True,
+                                  page_size=128), 512),
+    "paged16_rows64": (dict(heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=64, page_size=16), 512),
 }
 
 
@@ -41,7 +50,8 @@ def test_kvcache_many_rows(case, dtype, device):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
 @pytest.mark.parametrize("route", ["on", "off"])
-@pytest.mark.parametrize("case", ["append64_causal_gqa4", "rows127_window_softcap_alibi"])
+@pytest.mark.parametrize("case", ["append64_causal_gqa4", "rows127_window_softcap_alibi",
+                                  "paged256_batch_idx_append64"])
 def test_both_kernel_paths(case, route, monkeypatch):
     """The same calls forced onto the forward kernels and onto the decode kernels."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", route)
@@ -74,6 +84,23 @@ def test_bad_cache_seqlens_give_nan_rows(seqlen_new):
     assert torch.equal(after[filled], before[filled]), "a valid cache entry changed"
     written = int((after.isnan() != before.isnan()).sum())
     assert written == 2 * seqlen_new * opts["heads_k"] * opts["dim"], "only sequences 0 and 2 may append"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
+def test_bad_page_gives_nan_rows():
+    """A block-table entry that is not a page, among the pages a sequence reads, makes that
+    sequence's rows NaN (all of them on the forward route; on the decode kernels the rows that read
+    it, here every row: no mask); an entry past its last page is never read (-1 there is fine)."""
+    opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=32, page_size=256)
+    seqlens = torch.tensor([300, 100, 400], dtype=torch.int32)
+    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=3, capacity=512, cache_seqlens=seqlens)
+    args["block_table"][0, 1] = 10**6  # sequence 0's keys 256-299
+    args["block_table"][1, 1] = -1     # past sequence 1's keys
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    torch.cuda.synchronize()
+    assert out[0].isnan().all() and lse[0].isnan().all()
+    for b in (1, 2):
+        assert not out[b].isnan().any() and not lse[b].isnan().any(), f"sequence {b}"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="read by the CUDA backend")

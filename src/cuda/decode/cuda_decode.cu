@@ -228,7 +228,7 @@ void run_on_forward(const KvCacheParams& p, cudaStream_t stream) {
     }
   }
   decode::launch_route_lengths(p, lengths, stream);
-  run_forward_kernels(decode::forward_route_params(p, lengths));
+  run_forward_kernels(decode::forward_route_params(p, lengths), decode::route_kv_index(p));
 }
 
 }  // namespace

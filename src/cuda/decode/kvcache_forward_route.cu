@@ -5,6 +5,7 @@
 #include "common/env_choice.h"
 #include "cuda/check.h"
 #include "cuda/decode/decode_args.h"
+#include "cuda/forward_kernels.h"
 
 namespace tileattn::cuda::decode {
 namespace {
@@ -13,6 +14,10 @@ namespace {
 // sequence (64 a KV group of 4), behind them at one row.
 constexpr int kRouteMinSeqlenQ = 16;
 constexpr int kRouteMinGroupRows = 64;
+// Pages the sm90 producer reads whole key blocks from: a multiple of every bucket's block_n (128 at
+// d64 and d128, 64 at d256), so a block never straddles two pages.  flash-attn 2's paged calls use
+// 256.
+constexpr int kRoutePageMultiple = 128;
 
 constexpr int kLengthThreads = 256;
 constexpr uint16_t kNan16 = 0x7fff;  // NaN in both float16 and bfloat16
@@ -23,8 +28,20 @@ __global__ void __launch_bounds__(kLengthThreads) route_lengths_kernel(const til
                                                                        int32_t* lengths) {
   const int b = blockIdx.x;
   const SequenceKeys seq = sequence_keys(p, b);
-  if (threadIdx.x == 0) lengths[b] = seq.ok ? seq.end : -1;
-  if (seq.ok) return;
+  bool ok = seq.ok;
+  if (ok && p.block_table != nullptr) {
+    // Every page holding a key the sequence attends to exists (the forward's producer reads them
+    // without a check); a bad one makes the whole sequence NaN.
+    const int pages = static_cast<int>((static_cast<int64_t>(seq.end) + p.page_size - 1) / p.page_size);
+    bool bad = false;
+    for (int j = threadIdx.x; j < pages; j += kLengthThreads) {
+      const int32_t page = p.block_table[seq.row * p.block_table_batch_stride + j];
+      bad = bad || page < 0 || page >= p.num_blocks;
+    }
+    ok = !__syncthreads_or(bad);
+  }
+  if (threadIdx.x == 0) lengths[b] = ok ? seq.end : -1;
+  if (ok) return;
   const tileattn_fwd_params& f = p.fwd;
   const int64_t elements = static_cast<int64_t>(f.seqlen_q) * f.num_heads * f.head_dim;
   uint16_t* out = static_cast<uint16_t*>(f.out);
@@ -40,19 +57,36 @@ __global__ void __launch_bounds__(kLengthThreads) route_lengths_kernel(const til
 
 }  // namespace
 
+KvIndex route_kv_index(const KvCacheParams& p) {
+  KvIndex kv{};
+  if (p.cache_batch_idx == nullptr && p.block_table == nullptr) return kv;
+  kv.batch_idx = p.cache_batch_idx;
+  kv.block_table = p.block_table;
+  kv.table_stride = p.block_table_batch_stride;
+  kv.page_size = p.page_size;
+  kv.num_units = p.block_table != nullptr ? p.num_blocks : p.num_cache_entries;
+  return kv;
+}
+
 bool forward_route_possible(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
-  return p.cache_seqlens != nullptr && p.block_table == nullptr && p.cache_batch_idx == nullptr &&
-         p.cache_leftpad == nullptr && p.rotary_cos == nullptr && f.cu_seqlens_q == nullptr &&
-         f.cu_seqlens_k == nullptr && f.seqused_k == nullptr && p.num_splits == 0;
+  const bool plain = p.cache_seqlens != nullptr && p.cache_leftpad == nullptr && p.rotary_cos == nullptr &&
+                     f.cu_seqlens_q == nullptr && f.cu_seqlens_k == nullptr && f.seqused_k == nullptr &&
+                     p.num_splits == 0;
+  if (!plain) return false;
+  if (p.cache_batch_idx == nullptr && p.block_table == nullptr) return true;  // any forward family
+  // Entries and pages: the sm90 family's sequence-bounds kernels only.
+  if (p.block_table != nullptr && p.page_size % kRoutePageMultiple != 0) return false;
+  return sm90_forward_serves(forward_route_params(p, p.cache_seqlens));
 }
 
 bool forward_route_taken(const KvCacheParams& p) {
   const int choice = env_choice("TILEATTN_KVCACHE_FORWARD", {"auto", "on", "off"});
-  if (choice == 2 || !forward_route_possible(p)) return false;
-  if (choice == 1) return true;
+  if (choice == 2) return false;
+  // The rows first: a decode step (auto, a few rows) never asks which forward family would serve.
   const int64_t group_rows = static_cast<int64_t>(p.fwd.num_heads / p.fwd.num_heads_k) * p.fwd.seqlen_q;
-  return p.fwd.seqlen_q >= kRouteMinSeqlenQ && group_rows >= kRouteMinGroupRows;
+  if (choice == 0 && (p.fwd.seqlen_q < kRouteMinSeqlenQ || group_rows < kRouteMinGroupRows)) return false;
+  return forward_route_possible(p);
 }
 
 int64_t forward_route_workspace_bytes(const KvCacheParams& p) {

@@ -5,15 +5,18 @@
 // 50 against 37, while at one row the decode kernels lead, 33 against 37 (H100, session 62,
 // bench/results/h100-kvcache-rows-2026-12-06-session62.txt).  The forward reads a contiguous cache
 // as its k/v in batch form, each sequence's keys being its cache length after the append, given
-// as seqused_k; what it cannot express (pages, cache_batch_idx, cache_leftpad, rotary, packed query
-// rows, a fixed num_splits, whose batch-invariant bits only the split kernels keep) stays on the
-// decode kernels.
+// as seqused_k.  On the sm90 family the forward also reads cache entries through cache_batch_idx
+// and pages of a multiple of 128 rows (whole key blocks; flash-attn 2's 256) through block_table
+// (KvIndex, launch_api.h).  What it cannot express (smaller pages, cache_leftpad, rotary, packed
+// query rows, a fixed num_splits, whose batch-invariant bits only the split kernels keep; entries
+// and pages on other GPUs) stays on the decode kernels.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "cuda/launch_api.h"
 #include "tileattn/tileattn.hpp"
 
 namespace tileattn::cuda::decode {
@@ -36,7 +39,11 @@ int64_t forward_route_workspace_bytes(const KvCacheParams& p);
 void launch_route_lengths(const KvCacheParams& p, int32_t* lengths, cudaStream_t stream);
 
 // The forward's params for the call: q, out, softmax_lse and the options as given, k/v the cache
-// in batch form (fwd.seqlen_k = Smax), seqused_k = lengths.
+// (fwd.seqlen_k = Smax, or max_blocks x page_size), seqused_k = lengths.
 ForwardParams forward_route_params(const KvCacheParams& p, const int32_t* lengths);
+
+// Where the forward reads K/V from: all zero for a contiguous cache without cache_batch_idx, else
+// the entries or pages (launch_api.h's KvIndex).
+KvIndex route_kv_index(const KvCacheParams& p);
 
 }  // namespace tileattn::cuda::decode

@@ -53,16 +53,26 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   // its batch stride is never used, only required to be a valid TMA stride.
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int q_rows = varlen ? static_cast<int>(p.total_q) : p.seqlen_q;
-  const int kv_rows = varlen ? static_cast<int>(p.total_k) : p.seqlen_k;
   const int batch = varlen ? 1 : p.batch;
   auto batch_stride = [&](int64_t stride, int rows, int64_t row_stride) { return varlen ? rows * row_stride : stride; };
   prm.q_shape = make_shape(q_rows, p.head_dim, p.num_heads, batch);
-  prm.kv_shape = make_shape(kv_rows, p.head_dim, p.num_heads_k, batch);
+  // The KV-cache route (args.kv, launch_api.h): K/V are cache entries or pages, indexed per sequence
+  // or per key block by the producer (sequence-bounds kernels only).
+  const bool indexed = args.kv.num_units > 0;
+  if (indexed && !Traits::kSeqBounds) {
+    throw Error(ErrorCode::kInternal, "k", "sm90 forward: indexed K/V reached a kernel without sequence bounds");
+  }
+  if (args.kv.block_table != nullptr && args.kv.page_size % Traits::kBlockN != 0) {
+    throw Error(ErrorCode::kInternal, "page_size", "sm90 forward: pages that do not hold whole key blocks");
+  }
+  const int kv_rows = args.kv.block_table != nullptr ? args.kv.page_size : varlen ? static_cast<int>(p.total_k) : p.seqlen_k;
+  const int kv_units = indexed ? args.kv.num_units : batch;
+  prm.kv_shape = make_shape(kv_rows, p.head_dim, p.num_heads_k, kv_units);
   auto q = gmem_view(static_cast<const Element*>(p.q), q_rows, p.head_dim, p.num_heads, batch,
                              p.q_row_stride, p.q_head_stride, batch_stride(p.q_batch_stride, q_rows, p.q_row_stride));
-  auto k = gmem_view(static_cast<const Element*>(p.k), kv_rows, p.head_dim, p.num_heads_k, batch,
+  auto k = gmem_view(static_cast<const Element*>(p.k), kv_rows, p.head_dim, p.num_heads_k, kv_units,
                              p.k_row_stride, p.k_head_stride, batch_stride(p.k_batch_stride, kv_rows, p.k_row_stride));
-  auto v = gmem_view(static_cast<const Element*>(p.v), kv_rows, p.head_dim, p.num_heads_k, batch,
+  auto v = gmem_view(static_cast<const Element*>(p.v), kv_rows, p.head_dim, p.num_heads_k, kv_units,
                              p.v_row_stride, p.v_head_stride, batch_stride(p.v_batch_stride, kv_rows, p.v_row_stride));
   auto o = gmem_view(static_cast<Element*>(p.out), q_rows, p.head_dim, p.num_heads, batch,
                              p.out_row_stride, p.out_head_stride,

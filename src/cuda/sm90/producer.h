@@ -67,30 +67,49 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     const bool has_keys = range.n_block_max > range.n_block_min;
     const int kv_head = tc.head / heads_per_kv;
     const int batch = Traits::kSeqBounds ? tma_batch(seq) : tc.batch;
+    // The K/V tensors' batch coordinate: the sequence's own, or on the KV-cache route its cache
+    // entry (cache_batch_idx), whose block_table row gives the pages (kv_block_at).
+    const int kv_unit = Traits::kSeqBounds ? kv_entry(prm.args.kv, tc.batch, batch) : batch;
 
-    // (rows, D, block) views of this head's K and V, and their TMA partitions.
-    Tensor gK = local_tile(rows_from<Traits::kSeqBounds>(mK(_, _, kv_head, batch), seq.k_base_row),
-                           Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
-    Tensor gV = local_tile(rows_from<Traits::kSeqBounds>(mV(_, _, kv_head, batch), seq.k_base_row),
-                           Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
+    // (rows, D, block) views of a unit's K and V rows, and their TMA partitions.
     using ClusterLayout = Layout<Int<Traits::kClusterSize>>;
-    auto k_parts = tma_partition(prm.tma_k, cluster_rank, ClusterLayout{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto v_parts = tma_partition(prm.tma_v, cluster_rank, ClusterLayout{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    auto kv_parts = [&](auto const& tma, auto const& m, auto const& s, int unit) __attribute__((always_inline)) {
+      Tensor g = local_tile(rows_from<Traits::kSeqBounds>(m(_, _, kv_head, unit), seq.k_base_row),
+                            Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));
+      return tma_partition(tma, cluster_rank, ClusterLayout{}, group_modes<0, 2>(s), group_modes<0, 2>(g));
+    };
+    auto k_parts = kv_parts(prm.tma_k, mK, sK, kv_unit);
+    auto v_parts = kv_parts(prm.tma_v, mV, sV, kv_unit);
     Tensor tKgK = get<0>(k_parts);  // (TMA, block)
     Tensor tKsK = get<1>(k_parts);  // (TMA, stage)
     Tensor tVgV = get<0>(v_parts);
     Tensor tVsV = get<1>(v_parts);
 
+    // Key block n's source: block n of the unit's rows, or with pages block n % (page_size /
+    // block_n) of its page (the sequence-bounds kernels only: every other kernel keeps the
+    // partitions above, computed once a tile).
     auto load_k = [&](int n) {
       EmptyBarrier::wait(&ss.k_empty[k_stage.index], k_stage.phase ^ 1u);
       FullBarrier::arrive_and_expect_tx(&ss.k_full[k_stage.index], Traits::kKVTileBytes);
-      copy(kv_copy(prm.tma_k, ss.k_full[k_stage.index]), tKgK(_, n), tKsK(_, k_stage.index));
+      if (Traits::kSeqBounds && prm.args.kv.block_table != nullptr) {
+        const KvBlock at = kv_block_at<Traits::kBlockN>(prm.args.kv, kv_unit, n);
+        copy(kv_copy(prm.tma_k, ss.k_full[k_stage.index]), get<0>(kv_parts(prm.tma_k, mK, sK, at.unit))(_, at.block),
+             tKsK(_, k_stage.index));
+      } else {
+        copy(kv_copy(prm.tma_k, ss.k_full[k_stage.index]), tKgK(_, n), tKsK(_, k_stage.index));
+      }
       k_stage.advance();
     };
     auto load_v = [&](int n) {
       EmptyBarrier::wait(&ss.v_empty[v_stage.index], v_stage.phase ^ 1u);
       FullBarrier::arrive_and_expect_tx(&ss.v_full[v_stage.index], Traits::kKVTileBytes);
-      copy(kv_copy(prm.tma_v, ss.v_full[v_stage.index]), tVgV(_, n), tVsV(_, v_stage.index));
+      if (Traits::kSeqBounds && prm.args.kv.block_table != nullptr) {
+        const KvBlock at = kv_block_at<Traits::kBlockN>(prm.args.kv, kv_unit, n);
+        copy(kv_copy(prm.tma_v, ss.v_full[v_stage.index]), get<0>(kv_parts(prm.tma_v, mV, sV, at.unit))(_, at.block),
+             tVsV(_, v_stage.index));
+      } else {
+        copy(kv_copy(prm.tma_v, ss.v_full[v_stage.index]), tVgV(_, n), tVsV(_, v_stage.index));
+      }
       v_stage.advance();
     };
 

@@ -13,6 +13,7 @@
 #include <cute/tensor.hpp>
 
 #include "common/sequence.h"
+#include "cuda/launch_api.h"
 
 namespace tileattn::cuda::sm90 {
 
@@ -34,5 +35,26 @@ __device__ __forceinline__ auto rows_from(Tensor const& rows, int64_t first_row)
 
 // The batch coordinate of a sequence in the TMA tensors: 0 in varlen form (one packed batch).
 __device__ __forceinline__ int tma_batch(SequenceView const& seq) { return static_cast<int>(seq.q_batch); }
+
+// The K/V tensors' batch coordinate of sequence b, whose q coordinate is `batch`: on the KV-cache
+// route (KvIndex, launch_api.h) its cache entry cache_batch_idx[b], which with pages is its
+// block_table row; else `batch`.  The route's lengths kernel gave a sequence with an entry out of
+// range no keys (seqused_k -1), so a sequence this is asked for has a valid one.
+__device__ __forceinline__ int kv_entry(KvIndex const& kv, int b, int batch) {
+  return kv.batch_idx != nullptr ? kv.batch_idx[b] : batch;
+}
+
+// Where key block n of cache entry `entry` lies in pages of kv.page_size rows (a multiple of
+// kBlockN): page block_table[entry][n / blocks_per_page], its block n % blocks_per_page.  Only
+// blocks holding a key of the sequence are asked for, whose pages the lengths kernel checked.
+struct KvBlock {
+  int unit, block;
+};
+
+template <int kBlockN>
+__device__ __forceinline__ KvBlock kv_block_at(KvIndex const& kv, int entry, int n) {
+  const int per_page = kv.page_size / kBlockN;
+  return {kv.block_table[entry * kv.table_stride + n / per_page], n % per_page};
+}
 
 }  // namespace tileattn::cuda::sm90
