@@ -3,7 +3,7 @@
 // streams the sequence's whole cache with m16 mma.sync tiles: at 512 rows a sequence (32 query
 // heads over 8, 4 x 4k keys) 1248 us against the sm90 forward's 181 us on the same data, at 16 rows
 // 50 against 37, while at one row the decode kernels lead, 33 against 37 (H100, session 62,
-// bench/results/h100-kvcache-rows-2026-12-06-session62.txt).  The forward reads a contiguous cache
+// bench/results/h100-kvcache-rows-main-2026-12-06-session62.txt).  The forward reads a contiguous cache
 // as its k/v in batch form, each sequence's keys being its cache length after the append, given
 // as seqused_k.  On the sm90 family the forward also reads cache entries through cache_batch_idx
 // and pages of a multiple of 128 rows (whole key blocks; flash-attn 2's 256) through block_table
