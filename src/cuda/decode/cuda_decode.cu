@@ -12,7 +12,6 @@
 #include <limits>
 #include <numeric>
 #include <optional>
-#include <string>
 #include <utility>
 
 #include "api/backends.h"
@@ -210,12 +209,7 @@ cuda::decode::DecodeArgs shape_args(const KvCacheParams& p) {
 // break the rules, which the forward then skips), then the forward.
 void run_on_forward(const KvCacheParams& p, cudaStream_t stream) {
   using namespace cuda;
-  const int64_t bytes = decode::forward_route_workspace_bytes(p);
-  if (p.workspace != nullptr && p.workspace_bytes < bytes) {
-    throw Error(ErrorCode::kInvalidArgument, "workspace",
-                "the call needs " + std::to_string(bytes) + " bytes of workspace, got " +
-                    std::to_string(p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
-  }
+  decode::require_workspace(p, decode::forward_route_workspace_bytes(p));
   std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the forward
   int32_t* lengths = static_cast<int32_t*>(p.workspace);
   if (lengths == nullptr) lengths = reinterpret_cast<int32_t*>(pool.emplace(stream).ints(p.fwd.batch));

@@ -194,6 +194,12 @@ decltype(auto) with_bucket(const DecodeArgs& args, Fn&& fn) {
   return half_rows ? fn(Bucket<256, 1>{}) : fn(Bucket<256, 2>{});
 }
 
+template <typename T>
+void run_append(const DecodeArgs& args, cudaStream_t stream) {
+  launch_programmatic(append_kernel<T>, dim3(args.p.seqlen_new, args.p.fwd.batch), 0, stream, args,
+                      "decode append kernel launch");
+}
+
 // append -> split -> combine with the kernel <T, kD, kHalves, kTma, kPages, kNewToken>.  The split
 // count is chosen once, and the caller's workspace is checked against that count before anything
 // is launched, so a refused call changes nothing (the append writes into the cache).  With
@@ -207,15 +213,8 @@ void launch_decode(DecodeArgs args, cudaStream_t stream) {
   args.num_splits = plan.splits;
   args.cluster_merge = plan.cluster;  // no partials, no combine kernel (cluster_merge.cuh)
   const PartialLayout layout = partial_layout(args.cluster_merge ? 1 : args.num_splits, f);
-  if (args.p.workspace != nullptr && args.p.workspace_bytes < layout.bytes) {
-    throw Error(ErrorCode::kInvalidArgument, "workspace",
-                "the call needs " + std::to_string(layout.bytes) + " bytes of workspace, got " +
-                    std::to_string(args.p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
-  }
-  if (args.p.k_new != nullptr && !kNewToken) {
-    launch_programmatic(append_kernel<T>, dim3(args.p.seqlen_new, f.batch), 0, stream, args,
-                        "decode append kernel launch");
-  }
+  require_workspace(args.p, layout.bytes);
+  if (args.p.k_new != nullptr && !kNewToken) run_append<T>(args, stream);
   const dim3 grid(static_cast<unsigned>(split_ctas(args)), args.num_splits);
   if (args.num_splits == 1 || args.cluster_merge) {
     launch_programmatic(split, grid, dynamic_smem, stream, args, "decode split kernel launch",
@@ -326,12 +325,6 @@ RingWave ring_wave(const DecodeArgs& args, int loop) {
       });
     });
   });
-}
-
-template <typename T>
-void run_append(const DecodeArgs& args, cudaStream_t stream) {
-  launch_programmatic(append_kernel<T>, dim3(args.p.seqlen_new, args.p.fwd.batch), 0, stream, args,
-                      "decode append kernel launch");
 }
 
 #define TILEATTN_INSTANTIATE_DECODE(T)                    \

@@ -5,9 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "cuda/decode/decode_args.h"
 #include "cuda/decode/split_heuristic.h"  // RingWave
+#include "tileattn/tileattn.hpp"
 
 namespace tileattn::cuda::decode {
 
@@ -16,10 +18,21 @@ namespace tileattn::cuda::decode {
 template <typename T>
 void run_decode(DecodeArgs args, cudaStream_t stream);
 
-// The append kernel alone: k_new/v_new written into the cache (kvcache_forward_route.h's calls,
-// which then attend on the forward kernels).
+// The append kernel alone: k_new/v_new written into the cache (run_decode's first step, and
+// kvcache_forward_route.h's calls, which then attend on the forward kernels).
 template <typename T>
 void run_append(const DecodeArgs& args, cudaStream_t stream);
+
+// A caller's workspace smaller than the `bytes` the call's kernels need is refused, naming it,
+// before anything is launched (an append would already have written the cache).  None given: the
+// library takes its own.
+inline void require_workspace(const tileattn_kvcache_params& p, int64_t bytes) {
+  if (p.workspace != nullptr && p.workspace_bytes < bytes) {
+    throw Error(ErrorCode::kInvalidArgument, "workspace",
+                "the call needs " + std::to_string(bytes) + " bytes of workspace, got " +
+                    std::to_string(p.workspace_bytes) + " (tileattn_kvcache_workspace_size)");
+  }
+}
 
 // Bytes of workspace run_decode may need for these args (args.tma: whether the TMA kernel is
 // possible for the call), the most over the kernels it could pick; 0 when none splits.
