@@ -316,7 +316,7 @@ CUtensorMap row_map(void* buf, int rows) {
   const cuuint64_t dims[4] = {64, static_cast<cuuint64_t>(kBufferBytes / kRowBytes), 1, 1};
   const cuuint64_t strides[3] = {kRowBytes, static_cast<cuuint64_t>(kBufferBytes), static_cast<cuuint64_t>(kBufferBytes)};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(rows), 1, 1}, unit[4] = {1, 1, 1, 1};
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tileattn::cuda::tensor_map_encoder();
+  const tileattn::cuda::TensorMapEncoder encode = tileattn::cuda::tensor_map_encoder();
   if (encode == nullptr) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
     std::exit(1);

@@ -12,8 +12,8 @@ namespace tileattn::cuda {
 
 // Where K/V rows come from on the KV-cache route (decode/kvcache_forward_route.h), read by the sm90
 // family's sequence-bounds kernels only: sequence b's keys are cache entry batch_idx[b] (NULL: b),
-// or, with block_table, its key block n lies in page block_table[entry * table_stride + n /
-// (page_size / block_n)], k/v being the (num_units, page_size, Hk, D) pages.  num_units: cache
+// or, with block_table, its key row r lies in page block_table[entry * table_stride + r /
+// page_size], k/v being the (num_units, page_size, Hk, D) pages.  num_units: cache
 // entries or pages (the K/V tensors' batch extent); 0 when unused.
 struct KvIndex {
   const int32_t* batch_idx;

@@ -1,9 +1,9 @@
 """flash_attn_with_kvcache with many query rows a sequence (a chunked prefill through the KV-cache
 call), on every device.  On CUDA these calls run on the forward kernels where nothing asks for the
 decode kernels (src/cuda/decode/kvcache_forward_route.h; TILEATTN_KVCACHE_FORWARD = auto | on |
-off): a contiguous cache, and on compute capability 9.0 cache_batch_idx and pages of a multiple of
-128 rows too; new tokens appended first, each sequence's keys its cache length after the append,
-masks bottom-right over them.  Checked against float64 with FA's
+off): a contiguous cache, and on compute capability 9.0 cache_batch_idx and pages of any size too
+(pages not holding whole key blocks box by box); new tokens appended first, each sequence's keys its
+cache length after the append, masks bottom-right over them.  Checked against float64 with FA's
 rule, the appended entries inside the cache, NaN in every slot a sequence does not own."""
 
 import re
@@ -28,13 +28,22 @@ CASES = {
     "mha_rows1000_long_cache": (dict(heads=2, heads_k=2, dim=128, seqlen_new=1000, causal=True), 2048),
     "d72_rows40_right_window": (dict(heads=8, heads_k=4, dim=72, seqlen_new=8, seqlen_q=40, window=(-1, 5)), 512),
     # Cache entries through cache_batch_idx, and pages: on CUDA (compute capability 9.0) the forward
-    # reads pages of a multiple of 128 rows in place; pages of 16 stay on the decode kernels.
+    # reads them in place, pages of a multiple of the key block (128 keys at d64 and d128, 64 at
+    # d256) a block at a time, other pages in boxes of gcd(block, page) rows from several pages.
     "batch_idx_rows32": (dict(heads=8, heads_k=2, dim=64, seqlen_new=0, seqlen_q=32, batch_idx=True), 512),
     "paged256_batch_idx_append64": (dict(heads=16, heads_k=4, dim=128, seqlen_new=64, causal=True, page_size=256,
                                          batch_idx=True), 1024),
     "paged128_d256_rows32": (dict(heads=8, heads_k=2, dim=256, seqlen_new=16, seqlen_q=32, causal=True,
                                   page_size=128), 512),
     "paged16_rows64": (dict(heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=64, page_size=16), 512),
+    # Boxes of 16 rows, 8 a key block; 7 query heads a KV head; the new tokens appended into pages.
+    "paged48_gqa7_append64": (dict(heads=14, heads_k=2, dim=128, seqlen_new=64, causal=True, page_size=48), 480),
+    "paged144_d64_batch_idx": (dict(heads=8, heads_k=2, dim=64, seqlen_new=16, seqlen_q=80, page_size=144,
+                                    batch_idx=True), 576),
+    # d256's 64-key blocks: four boxes of 16 rows x four column slabs.
+    "paged16_d256_append32": (dict(heads=8, heads_k=2, dim=256, seqlen_new=32, causal=True, page_size=16), 256),
+    # d64 causal over few keys: the short-walk kernel's 64-key blocks, boxes of gcd(64, 96) = 32 rows.
+    "paged96_d64_short_walk": (dict(heads=8, heads_k=2, dim=64, seqlen_new=64, causal=True, page_size=96), 384),
 }
 
 
@@ -51,7 +60,7 @@ def test_kvcache_many_rows(case, dtype, device):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
 @pytest.mark.parametrize("route", ["on", "off"])
 @pytest.mark.parametrize("case", ["append64_causal_gqa4", "rows127_window_softcap_alibi",
-                                  "paged256_batch_idx_append64"])
+                                  "paged256_batch_idx_append64", "paged48_gqa7_append64"])
 def test_both_kernel_paths(case, route, monkeypatch):
     """The same calls forced onto the forward kernels and onto the decode kernels."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", route)
@@ -87,20 +96,63 @@ def test_bad_cache_seqlens_give_nan_rows(seqlen_new):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
-def test_bad_page_gives_nan_rows():
+@pytest.mark.parametrize("page", [256, 16])
+def test_bad_page_gives_nan_rows(page):
     """A block-table entry that is not a page, among the pages a sequence reads, makes that
     sequence's rows NaN (all of them on the forward route; on the decode kernels the rows that read
-    it, here every row: no mask); an entry past its last page is never read (-1 there is fine)."""
-    opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=32, page_size=256)
+    it, here every row: no mask); an entry past its last page is never read (-1 there is fine, also
+    inside the key block holding the sequence's last keys, where pages of 16 come box by box)."""
+    opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=32, page_size=page)
     seqlens = torch.tensor([300, 100, 400], dtype=torch.int32)
     args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=3, capacity=512, cache_seqlens=seqlens)
-    args["block_table"][0, 1] = 10**6  # sequence 0's keys 256-299
-    args["block_table"][1, 1] = -1     # past sequence 1's keys
+    args["block_table"][0, 280 // page] = 10**6  # sequence 0's keys 256-299 (pages of 256), 272-287 (16)
+    args["block_table"][1, 100 // page + 1:] = -1  # past sequence 1's keys
     out, lse = tileattn.flash_attn_with_kvcache(**args)
     torch.cuda.synchronize()
     assert out[0].isnan().all() and lse[0].isnan().all()
     for b in (1, 2):
         assert not out[b].isnan().any() and not lse[b].isnan().any(), f"sequence {b}"
+
+
+def cuda_kernel_names(call):
+    """The CUDA kernels `call` launches, by name (torch.profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return [event.name for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="pages on the forward route: the sm90 forward family")
+@pytest.mark.parametrize("case", ["paged16_rows64", "paged48_gqa7_append64", "paged256_batch_idx_append64"])
+def test_pages_take_the_route(case, monkeypatch):
+    """Under auto, many-row calls over pages of any size run on the forward kernels (the route's
+    lengths kernel, then the sm90 forward), not on the decode kernels; their results are right."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
+    options, capacity = CASES[case]
+    opts = dict(DEFAULTS, **options)
+    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", capacity=capacity)
+    result = []
+    names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
+    assert any("route_lengths_kernel" in name for name in names), names
+    assert any("fwd_kernel_sm90" in name for name in names), names
+    check_against_reference(opts, torch.bfloat16, args, slot, first, *result[0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="pages on the forward route: the sm90 forward family")
+def test_few_rows_over_small_pages_stay_on_the_decode_kernels(monkeypatch):
+    """Pages of 16 come into the forward box by box, which pays from 64 rows a sequence (the rule
+    in kvcache_forward_route.cu): under auto 32 rows over them stay on the decode kernels, and over
+    a contiguous cache they take the forward."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
+    for page, routed in ((16, False), (0, True)):
+        opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=32, page_size=page)
+        args, slot, first = make_problem(opts, torch.bfloat16, "cuda")
+        result = []
+        names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
+        assert any("route_lengths_kernel" in name for name in names) == routed, (page, names)
+        check_against_reference(opts, torch.bfloat16, args, slot, first, *result[0])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="read by the CUDA backend")

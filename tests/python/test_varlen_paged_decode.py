@@ -164,8 +164,11 @@ def test_copied_index_tensors_store_no_plan(device, kvcache_path_only, no_plans)
     assert len(_kvcache_plan._plans) == 1 and torch.equal(first, second)
 
 
-def test_decode_step_is_flash_attn_with_kvcache(device, kvcache_path_only):
-    """One query row a sequence: the kvcache call over the same pages, bit for bit."""
+def test_decode_step_is_flash_attn_with_kvcache(device, kvcache_path_only, monkeypatch):
+    """One query row a sequence: the kvcache call over the same pages, bit for bit.  Both on the
+    decode kernels: with TILEATTN_KVCACHE_FORWARD=on the batch-form call could take the forward
+    kernels (pages of any size do on Hopper), the packed one cannot."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "off")
     batch, page, max_blocks = 5, 16, 6
     pages = torch.randn(batch * max_blocks, page, 2, 64, dtype=torch.bfloat16, device=device)
     block_table = torch.randperm(batch * max_blocks, dtype=torch.int32).view(batch, -1).to(device)

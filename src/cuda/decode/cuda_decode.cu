@@ -43,7 +43,7 @@ bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, i
 bool encode_cache_map(CUtensorMap* map, const void* base, CUtensorMapDataType dtype, int head_dim, int heads_k,
                       int64_t rows, int64_t units, int64_t head_stride, int64_t row_stride, int64_t unit_stride,
                       int box_keys) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = cuda::tensor_map_encoder();
+  const cuda::TensorMapEncoder encode = cuda::tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads_k),
                               static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(units)};

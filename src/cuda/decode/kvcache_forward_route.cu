@@ -14,11 +14,12 @@ namespace {
 // sequence (64 a KV group of 4), behind them at one row.
 constexpr int kRouteMinSeqlenQ = 16;
 constexpr int kRouteMinGroupRows = 64;
-// Pages the sm90 producer reads whole key blocks from: a multiple of every bucket's block_n (128 at
-// d64 and d128, 64 at d256), so a block never straddles two pages.  flash-attn 2's paged calls use
-// 256.
-constexpr int kRoutePageMultiple = 128;
-
+// Pages that do not hold whole 128-key blocks come box by box (sm90/paged_boxes_sm90.h), one
+// thread issuing 8 boxes x 2 loads a block at d128 for pages of 16: the producer, not the
+// products, sets the pace.  H100, same shapes (session 63): 16 rows 103 us against the decode
+// kernels' 50, 64 rows 106 against 158, 512 rows 453 against 1300; the crossover near 40 rows.
+constexpr int kRouteMinSeqlenQBoxes = 64;
+constexpr int kWholeBlockPages = 128;  // block_n at d64 and d128 (d256's 64-key blocks: pages of 64 too)
 constexpr int kLengthThreads = 256;
 constexpr uint16_t kNan16 = 0x7fff;  // NaN in both float16 and bfloat16
 
@@ -75,8 +76,8 @@ bool forward_route_possible(const KvCacheParams& p) {
                      p.num_splits == 0;
   if (!plain) return false;
   if (p.cache_batch_idx == nullptr && p.block_table == nullptr) return true;  // any forward family
-  // Entries and pages: the sm90 family's sequence-bounds kernels only.
-  if (p.block_table != nullptr && p.page_size % kRoutePageMultiple != 0) return false;
+  // Entries and pages (any size: those not holding whole key blocks come box by box,
+  // sm90/paged_boxes_sm90.h): the sm90 family's sequence-bounds kernels only.
   return sm90_forward_serves(forward_route_params(p, p.cache_seqlens));
 }
 
@@ -85,7 +86,9 @@ bool forward_route_taken(const KvCacheParams& p) {
   if (choice == 2) return false;
   // The rows first: a decode step (auto, a few rows) never asks which forward family would serve.
   const int64_t group_rows = static_cast<int64_t>(p.fwd.num_heads / p.fwd.num_heads_k) * p.fwd.seqlen_q;
-  if (choice == 0 && (p.fwd.seqlen_q < kRouteMinSeqlenQ || group_rows < kRouteMinGroupRows)) return false;
+  const bool boxes = p.block_table != nullptr && p.page_size % kWholeBlockPages != 0;
+  const int min_seqlen_q = boxes ? kRouteMinSeqlenQBoxes : kRouteMinSeqlenQ;
+  if (choice == 0 && (p.fwd.seqlen_q < min_seqlen_q || group_rows < kRouteMinGroupRows)) return false;
   return forward_route_possible(p);
 }
 

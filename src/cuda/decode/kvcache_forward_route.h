@@ -6,10 +6,11 @@
 // bench/results/h100-kvcache-rows-main-2026-12-06-session62.txt).  The forward reads a contiguous cache
 // as its k/v in batch form, each sequence's keys being its cache length after the append, given
 // as seqused_k.  On the sm90 family the forward also reads cache entries through cache_batch_idx
-// and pages of a multiple of 128 rows (whole key blocks; flash-attn 2's 256) through block_table
-// (KvIndex, launch_api.h).  What it cannot express (smaller pages, cache_leftpad, rotary, packed
-// query rows, a fixed num_splits, whose batch-invariant bits only the split kernels keep; entries
-// and pages on other GPUs) stays on the decode kernels.
+// and pages through block_table (KvIndex, launch_api.h): a key block at a time from pages of a
+// multiple of the block (flash-attn 2's 256), box by box from several pages otherwise (vLLM's 16;
+// sm90/paged_boxes_sm90.h).  What it cannot express (cache_leftpad, rotary, packed query rows, a
+// fixed num_splits, whose batch-invariant bits only the split kernels keep; entries and pages on
+// other GPUs) stays on the decode kernels.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,7 +27,7 @@ bool forward_route_possible(const KvCacheParams& p);
 
 // Whether this call takes them: TILEATTN_KVCACHE_FORWARD = auto (default) | on | off, read on every
 // call; `on` takes every call they can serve, `auto` those with at least kRouteMinSeqlenQ query rows
-// a sequence and kRouteMinGroupRows a KV group.
+// a sequence (kRouteMinSeqlenQBoxes on pages read box by box) and kRouteMinGroupRows a KV group.
 bool forward_route_taken(const KvCacheParams& p);
 
 // Workspace the route needs (one int32 key count a sequence, 256-byte rounded), 0 where it is not

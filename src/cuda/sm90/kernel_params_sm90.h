@@ -2,6 +2,8 @@
 // global shapes they were built for, the tile order, and the sm80 family's per-call arguments.
 #pragma once
 
+#include <cuda.h>
+
 #include <cute/tensor.hpp>
 
 #include "cuda/launch_api.h"
@@ -21,6 +23,11 @@ struct Sm90Params {
   cute::Shape<int32_t, int32_t, int32_t, int32_t> kv_shape;
   TileScheduler scheduler;
   FwdKernelArgs args;
+  // Pages that do not hold whole key blocks (paged_boxes_sm90.h): the rows of a box, 0 otherwise,
+  // and the pages of k and v as its tensor maps (encoded only when page_box_rows > 0).
+  int page_box_rows;
+  CUtensorMap k_pages;
+  CUtensorMap v_pages;
   // The tail split (tail_split.h; TailSplit::off() when the call runs whole tiles only): the
   // pieces' partial results, (2 x grid slots, cluster rank, consumer, value, thread) floats, and
   // the cut tiles' arrival counters, (tile, cluster rank, consumer) ints, zeroed per call.

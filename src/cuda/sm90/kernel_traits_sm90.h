@@ -96,7 +96,8 @@ struct Sm90Traits {
   static constexpr int kOElems = int(cute::cosize(SmemLayoutO{}));
   static constexpr int kKVElems = int(cute::cosize(SmemLayoutKV{}));
   static constexpr uint32_t kQHalfBytes = kQHalfElems * sizeof(Element);
-  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr int kKVTileElems = kBlockN * kHeadDim;  // one stage of K or V
+  static constexpr uint32_t kKVTileBytes = kKVTileElems * sizeof(Element);
 
   // Global tensors as TMA sees them: (rows, head dim, heads, batch), head dim contiguous.
   using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;

@@ -20,6 +20,7 @@
 #include "cuda/sm90/kernel_traits_sm90.h"
 #include "cuda/sm90/launch_api_sm90.h"
 #include "cuda/sm90/left_window_sm90.h"
+#include "cuda/sm90/paged_boxes_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/short_walk.h"
 #include "cuda/sm90/staggered_order.h"
@@ -62,9 +63,6 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   if (indexed && !Traits::kSeqBounds) {
     throw Error(ErrorCode::kInternal, "k", "sm90 forward: indexed K/V reached a kernel without sequence bounds");
   }
-  if (args.kv.block_table != nullptr && args.kv.page_size % Traits::kBlockN != 0) {
-    throw Error(ErrorCode::kInternal, "page_size", "sm90 forward: pages that do not hold whole key blocks");
-  }
   const int kv_rows = args.kv.block_table != nullptr ? args.kv.page_size : varlen ? static_cast<int>(p.total_k) : p.seqlen_k;
   const int kv_units = indexed ? args.kv.num_units : batch;
   prm.kv_shape = make_shape(kv_rows, p.head_dim, p.num_heads_k, kv_units);
@@ -86,6 +84,14 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
                             Copies{});
   prm.tma_o = make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{}, Shape<Rows, typename Traits::OCols>{},
                             _1{});
+  // Pages that do not hold whole key blocks come box by box (paged_boxes_sm90.h).
+  prm.page_box_rows = args.kv.block_table != nullptr ? page_box_rows<Traits::kBlockN>(args.kv.page_size) : 0;
+  if (prm.page_box_rows > 0) {
+    encode_page_box_map<Element>(&prm.k_pages, p.k, p.head_dim, kv_rows, p.num_heads_k, kv_units, p.k_row_stride,
+                                 p.k_head_stride, p.k_batch_stride, prm.page_box_rows, "k_cache");
+    encode_page_box_map<Element>(&prm.v_pages, p.v, p.head_dim, kv_rows, p.num_heads_k, kv_units, p.v_row_stride,
+                                 p.v_head_stride, p.v_batch_stride, prm.page_box_rows, "v_cache");
+  }
 
   auto kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy, false>;
   constexpr int kSmem = Traits::kSmemBytes;

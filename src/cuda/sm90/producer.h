@@ -15,6 +15,7 @@
 #include "cuda/mask_policy.h"
 #include "cuda/sm90/cluster_sm90.h"
 #include "cuda/sm90/kernel_params_sm90.h"
+#include "cuda/sm90/paged_boxes_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
 
@@ -85,32 +86,37 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     Tensor tVgV = get<0>(v_parts);
     Tensor tVsV = get<1>(v_parts);
 
-    // Key block n's source: block n of the unit's rows, or with pages block n % (page_size /
-    // block_n) of its page (the sequence-bounds kernels only: every other kernel keeps the
-    // partitions above, computed once a tile).
-    auto load_k = [&](int n) {
-      EmptyBarrier::wait(&ss.k_empty[k_stage.index], k_stage.phase ^ 1u);
-      FullBarrier::arrive_and_expect_tx(&ss.k_full[k_stage.index], Traits::kKVTileBytes);
+    // Key block n into the next stage of K or V: block n of the unit's rows, or on the KV-cache
+    // route with pages block n % (page_size / block_n) of its page, or box by box from several pages
+    // where pages do not hold whole blocks (paged_boxes_sm90.h).  Only the sequence-bounds kernels
+    // read pages; every other kernel takes the partitions above, computed once a tile.
+    auto load_block = [&](auto const& tma, CUtensorMap const& page_boxes, auto const& m, auto const& s,
+                          auto const& tg, auto const& ts, uint64_t* empty, uint64_t* full,
+                          StageCounter<Traits::kStages>& stage, Element* tiles, int n) __attribute__((always_inline)) {
+      EmptyBarrier::wait(&empty[stage.index], stage.phase ^ 1u);
+      uint64_t& landed = full[stage.index];
+      if constexpr (Traits::kSeqBounds) {
+        if (prm.page_box_rows > 0) {
+          load_block_by_boxes<Traits>(page_boxes, prm.args.kv, prm.page_box_rows, kv_unit, kv_head, n, seq.seqlen_k,
+                                      tiles + stage.index * Traits::kKVTileElems, landed);
+          stage.advance();
+          return;
+        }
+      }
+      FullBarrier::arrive_and_expect_tx(&landed, Traits::kKVTileBytes);
       if (Traits::kSeqBounds && prm.args.kv.block_table != nullptr) {
         const KvBlock at = kv_block_at<Traits::kBlockN>(prm.args.kv, kv_unit, n);
-        copy(kv_copy(prm.tma_k, ss.k_full[k_stage.index]), get<0>(kv_parts(prm.tma_k, mK, sK, at.unit))(_, at.block),
-             tKsK(_, k_stage.index));
+        copy(kv_copy(tma, landed), get<0>(kv_parts(tma, m, s, at.unit))(_, at.block), ts(_, stage.index));
       } else {
-        copy(kv_copy(prm.tma_k, ss.k_full[k_stage.index]), tKgK(_, n), tKsK(_, k_stage.index));
+        copy(kv_copy(tma, landed), tg(_, n), ts(_, stage.index));
       }
-      k_stage.advance();
+      stage.advance();
+    };
+    auto load_k = [&](int n) {
+      load_block(prm.tma_k, prm.k_pages, mK, sK, tKgK, tKsK, ss.k_empty, ss.k_full, k_stage, ss.k.data(), n);
     };
     auto load_v = [&](int n) {
-      EmptyBarrier::wait(&ss.v_empty[v_stage.index], v_stage.phase ^ 1u);
-      FullBarrier::arrive_and_expect_tx(&ss.v_full[v_stage.index], Traits::kKVTileBytes);
-      if (Traits::kSeqBounds && prm.args.kv.block_table != nullptr) {
-        const KvBlock at = kv_block_at<Traits::kBlockN>(prm.args.kv, kv_unit, n);
-        copy(kv_copy(prm.tma_v, ss.v_full[v_stage.index]), get<0>(kv_parts(prm.tma_v, mV, sV, at.unit))(_, at.block),
-             tVsV(_, v_stage.index));
-      } else {
-        copy(kv_copy(prm.tma_v, ss.v_full[v_stage.index]), tVgV(_, n), tVsV(_, v_stage.index));
-      }
-      v_stage.advance();
+      load_block(prm.tma_v, prm.v_pages, mV, sV, tVgV, tVsV, ss.v_empty, ss.v_full, v_stage, ss.v.data(), n);
     };
 
     if (has_keys) load_k(range.n_block_max - 1);

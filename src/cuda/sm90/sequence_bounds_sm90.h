@@ -47,6 +47,7 @@ __device__ __forceinline__ int kv_entry(KvIndex const& kv, int b, int batch) {
 // Where key block n of cache entry `entry` lies in pages of kv.page_size rows (a multiple of
 // kBlockN): page block_table[entry][n / blocks_per_page], its block n % blocks_per_page.  Only
 // blocks holding a key of the sequence are asked for, whose pages the lengths kernel checked.
+// (Smaller pages: paged_boxes_sm90.h.)
 struct KvBlock {
   int unit, block;
 };
