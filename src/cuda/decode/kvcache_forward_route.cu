@@ -19,7 +19,10 @@ constexpr int kRouteMinGroupRows = 64;
 // products, sets the pace.  H100, same shapes (session 63): 16 rows 103 us against the decode
 // kernels' 50, 64 rows 106 against 158, 512 rows 453 against 1300; the crossover near 40 rows.
 constexpr int kRouteMinSeqlenQBoxes = 64;
-constexpr int kWholeBlockPages = 128;  // block_n at d64 and d128 (d256's 64-key blocks: pages of 64 too)
+// block_n at d64 and d128.  d256's 64-key blocks are whole in pages of 64 or 192 as well; those
+// take the higher threshold too (not measured).
+constexpr int kWholeBlockPages = 128;
+
 constexpr int kLengthThreads = 256;
 constexpr uint16_t kNan16 = 0x7fff;  // NaN in both float16 and bfloat16
 
