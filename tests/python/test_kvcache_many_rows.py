@@ -40,8 +40,9 @@ CASES = {
     "paged48_gqa7_append64": (dict(heads=14, heads_k=2, dim=128, seqlen_new=64, causal=True, page_size=48), 480),
     "paged144_d64_batch_idx": (dict(heads=8, heads_k=2, dim=64, seqlen_new=16, seqlen_q=80, page_size=144,
                                     batch_idx=True), 576),
-    # d256's 64-key blocks: four boxes of 16 rows x four column slabs.
-    "paged16_d256_append32": (dict(heads=8, heads_k=2, dim=256, seqlen_new=32, causal=True, page_size=16), 256),
+    # d256's 64-key blocks: four boxes of 16 rows x four column slabs (64 rows: on the route under
+    # auto; 32 rows there passed with the route forced on, session 63).
+    "paged16_d256_append64": (dict(heads=8, heads_k=2, dim=256, seqlen_new=64, causal=True, page_size=16), 256),
     # d64 causal over few keys: the short-walk kernel's 64-key blocks, boxes of gcd(64, 96) = 32 rows.
     "paged96_d64_short_walk": (dict(heads=8, heads_k=2, dim=64, seqlen_new=64, causal=True, page_size=96), 384),
 }
