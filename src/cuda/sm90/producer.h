@@ -21,10 +21,21 @@
 
 namespace tileattn::cuda::sm90 {
 
+// Which loads a producer thread issues.  One thread issues them all, except on pages read box by
+// box (paged_boxes_sm90.h), where a key block is up to 8 boxes x D / 64 loads and one thread's
+// issue sets the pace (session 63: pages of 16 at 512 rows 2.4x the contiguous cache's time): there
+// one thread issues Q and K, a thread of the next warp V.  K and V have their own stages and
+// barriers and the tile order is static (CtaTiles), so the two walk the same tiles unsynchronized.
+enum class ProducerRole { kAll, kQueriesAndKeys, kValues };
+
 // kSplits: whether the kernel walks the tail split's pieces (fwd_kernel_sm90's kTailSplit).
-template <typename Traits, bool kSplits>
+template <typename Traits, bool kSplits, ProducerRole kRole = ProducerRole::kAll>
 __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
                                              typename Traits::SharedStorage& ss) {
+  // A cluster's last wait (wait_kv_stages_released) reads both stage counters: one thread must own both.
+  static_assert(kRole == ProducerRole::kAll || Traits::kClusterSize == 1, "split producers in a cluster");
+  constexpr bool kLoadsQK = kRole != ProducerRole::kValues;
+  constexpr bool kLoadsV = kRole != ProducerRole::kQueriesAndKeys;
   using namespace cute;
   using Element = typename Traits::Element;
   using Rows = typename Traits::Rows;
@@ -119,15 +130,17 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
       load_block(prm.tma_v, prm.v_pages, mV, sV, tVgV, tVsV, ss.v_empty, ss.v_full, v_stage, ss.v.data(), n);
     };
 
-    if (has_keys) load_k(range.n_block_max - 1);
+    if (kLoadsQK && has_keys) load_k(range.n_block_max - 1);
     // Every tile takes part in the Q handshake, a tile with no visible key too: it completes a
     // q_full phase with no bytes.  A consumer can then release Q of tile t + 1 only after this
     // wait for tile t's release, so the q_empty phases never run two ahead of the wait (which
     // tracks only parity and would then wait forever).
-    EmptyBarrier::wait(&ss.q_empty, q_empty_parity);
-    q_empty_parity ^= 1u;
-    if (!has_keys) FullBarrier::arrive_and_expect_tx(&ss.q_full, 0);
-    if (has_keys) {
+    if constexpr (kLoadsQK) {
+      EmptyBarrier::wait(&ss.q_empty, q_empty_parity);
+      q_empty_parity ^= 1u;
+      if (!has_keys) FullBarrier::arrive_and_expect_tx(&ss.q_full, 0);
+    }
+    if (kLoadsQK && has_keys) {
       // One 64-row box per consumer; rows past seqlen_q come in as zeros.  A box that lies wholly
       // past seqlen_q, or above row 0 (tile_first_row), is not loaded: its consumer computes rows
       // that are never stored.  (A cluster's second tile can lie wholly past seqlen_q: no box at all.)
@@ -145,8 +158,8 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
       }
     }
     for (int n = range.n_block_max - 1; n >= range.n_block_min; --n) {
-      if (n > range.n_block_min) load_k(n - 1);
-      load_v(n);
+      if (kLoadsQK && n > range.n_block_min) load_k(n - 1);
+      if (kLoadsV) load_v(n);
     }
   }
   wait_kv_stages_released<Traits>(ss, k_stage, v_stage);
