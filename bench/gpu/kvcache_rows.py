@@ -5,12 +5,17 @@ cache, compare with the forward kernels on the same data as the query rows grow.
 
 Shapes: batch B, a full cache of L keys, 32 query heads over 8 KV heads, d 128, bf16, Sq query
 rows a sequence (no append), non-causal and causal (bottom-right, as flash-attn aligns Sq < Sk).
-Columns, each timed by CUDA events around 5 calls queued back to back (eager launches: on a slow
-host the calls of a few rows are host-bound, as on session 62's second H100), in balanced rounds:
+Columns, each captured in a CUDA graph (decode.py's capture: 6 calls a replay, so the host's
+launch cost is out of the number; eager launches were host-bound at a few rows on session 62's
+second H100) and replayed in balanced interleaved rounds (decode.py's interleaved_ms); the route's
+choice is read when a call is captured:
   kvcache       tileattn.flash_attn_with_kvcache on the contiguous cache, cache_seqlens = L, the
                 library's choice of kernels (TILEATTN_KVCACHE_FORWARD=auto)
   decode, route the same call forced onto the decode kernels (=off) or the forward kernels (=on)
-  kvcache-p16   the same memory as pages of 16 in a random order (the decode kernels)
+  kvcache-p16   the same memory as pages of 16 in a random order, the library's choice (the forward
+                reads them box by box from kRouteMinSeqlenQBoxes rows, kvcache_forward_route.cu)
+  p16-decode, p16-route  the same call forced onto the decode kernels or the forward (where the
+                rule for pages read box by box crosses over)
   kvcache-p256  pages of 256 (on compute capability 9.0 the forward reads them in place)
   forward       tileattn.flash_attn_func(q, k_cache, v_cache) on the same data (the sm90 forward)
   cudnn, flash  SDPA's backends, non-causal only (enable_gqa; their causal mask is top-left)
@@ -22,7 +27,6 @@ almost the non-causal work, so its TFLOP/s reads low; the times are what to comp
 import argparse
 import datetime
 import os
-import statistics
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import timing  # bench/gpu/timing.py: puts the repository root on sys.path
 import tileattn  # noqa: E402
+from decode import capture, interleaved_ms  # noqa: E402 (bench/gpu/decode.py)
 
 HEADS, HEADS_K, DIM = 32, 8, 128
 
@@ -63,6 +68,8 @@ def columns(q, k_cache, v_cache, causal):
         "decode": with_route(contiguous, "off"),
         "route": with_route(contiguous, "on"),
         "kvcache-p16": with_route(paged(16), "auto"),
+        "p16-decode": with_route(paged(16), "off"),
+        "p16-route": with_route(paged(16), "on"),
         "kvcache-p256": with_route(paged(256), "auto"),
         "forward": lambda: tileattn.flash_attn_func(q, k_cache, v_cache, causal=causal),
     }
@@ -85,7 +92,7 @@ def main():
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}, {datetime.date.today().isoformat()}, torch {torch.__version__}, tileattn {tileattn.library_path()}, "
           f"commit {timing.git_commit()}; B {args.batch}, L {args.length}, {HEADS}/{HEADS_K} heads, d {DIM}, bf16")
-    names = ["kvcache", "decode", "route", "kvcache-p16", "kvcache-p256", "forward", "cudnn", "flash"]
+    names = ["kvcache", "decode", "route", "kvcache-p16", "p16-decode", "p16-route", "kvcache-p256", "forward", "cudnn", "flash"]
     print(f"{'causal':>6} {'Sq':>5} | " + " ".join(f"{n:>14}" for n in names) + "   (us | TFLOP/s)")
     shape = (args.batch, args.length, HEADS_K, DIM)
     k_cache = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
@@ -94,21 +101,16 @@ def main():
         for rows in args.rows:
             q = torch.randn(args.batch, rows, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
             fns = columns(q, k_cache, v_cache, causal)
-            times = {name: [] for name in fns}
-            for name, fn in fns.items():
-                fn()
-            orders = timing.round_orders(len(fns))
-            order_names = list(fns)
-            for r in range(args.rounds):
-                for name in (order_names[k] for k in orders[r % len(orders)]):
-                    times[name].append(timing.median_ms(fns[name], 5, warmup=2, queue=5))
+            graphs = {name: capture([fn]) for name, fn in fns.items()}
+            times = interleaved_ms(graphs, rounds=args.rounds)
+            del graphs
             flops = 4 * args.batch * HEADS * rows * args.length * DIM / (2 if causal else 1)
             cells = []
             for name in names:
                 if name not in times:
                     cells.append(f"{'-':>14}")
                     continue
-                ms = statistics.median(times[name])
+                ms = times[name]
                 cells.append(f"{ms * 1e3:>7.0f} {flops / ms / 1e9:>6.0f}")
             print(f"{str(causal):>6} {rows:>5} | " + " ".join(cells), flush=True)
 

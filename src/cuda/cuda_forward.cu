@@ -76,11 +76,14 @@ const FwdInstance* find_sm90_instance(int head_dim, tileattn_dtype dtype) {
 // Alignment is checked with the sm80 family's 16-byte rule, which TMA also needs.
 bool sm90_supports(const ForwardParams& p) {
   const bool varlen = p.cu_seqlens_q != nullptr;
+  const bool varlen_k = p.cu_seqlens_k != nullptr;  // packed rows over batch-form keys: the KV-cache route
   if (p.seqlen_k <= 0) return false;
-  if (varlen && (p.total_q <= 0 || p.total_k <= 0 || p.total_q > INT32_MAX || p.total_k > INT32_MAX)) return false;
+  if (varlen && (p.total_q <= 0 || p.total_q > INT32_MAX)) return false;
+  if (varlen_k && (p.total_k <= 0 || p.total_k > INT32_MAX)) return false;
   return all_positive({p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride, p.v_row_stride,
                        p.v_head_stride, p.out_row_stride, p.out_head_stride}) &&
-         (varlen || all_positive({p.q_batch_stride, p.k_batch_stride, p.v_batch_stride, p.out_batch_stride}));
+         (varlen || all_positive({p.q_batch_stride, p.out_batch_stride})) &&
+         (varlen_k || all_positive({p.k_batch_stride, p.v_batch_stride}));
 }
 
 // The tiled kernel loads and stores 16-byte vectors: 8 fp16/bf16 elements.
@@ -93,9 +96,10 @@ bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, i
 // Whether every tensor takes the kernels' 16-byte vectors.
 bool all_vector_aligned(const ForwardParams& p) {
   const bool varlen = p.cu_seqlens_q != nullptr;
+  const bool varlen_k = p.cu_seqlens_k != nullptr;
   return p.head_dim % 8 == 0 && vector_aligned(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, varlen) &&
-         vector_aligned(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, varlen) &&
-         vector_aligned(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, varlen) &&
+         vector_aligned(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, varlen_k) &&
+         vector_aligned(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, varlen_k) &&
          vector_aligned(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, varlen);
 }
 

@@ -36,12 +36,14 @@ CASES = {
     "paged128_d256_rows32": (dict(heads=8, heads_k=2, dim=256, seqlen_new=16, seqlen_q=32, causal=True,
                                   page_size=128), 512),
     "paged16_rows64": (dict(heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=64, page_size=16), 512),
+    # The box path's threshold under auto (kRouteMinSeqlenQBoxes), causal over a ragged cache.
+    "paged16_rows32_causal": (dict(heads=16, heads_k=4, dim=128, seqlen_new=8, seqlen_q=32, causal=True,
+                                   page_size=16), 512),
     # Boxes of 16 rows, 8 a key block; 7 query heads a KV head; the new tokens appended into pages.
     "paged48_gqa7_append64": (dict(heads=14, heads_k=2, dim=128, seqlen_new=64, causal=True, page_size=48), 480),
     "paged144_d64_batch_idx": (dict(heads=8, heads_k=2, dim=64, seqlen_new=16, seqlen_q=80, page_size=144,
                                     batch_idx=True), 576),
-    # d256's 64-key blocks: four boxes of 16 rows x four column slabs (64 rows: on the route under
-    # auto; 32 rows there passed with the route forced on, session 63).
+    # d256's 64-key blocks: four boxes of 16 rows x four column slabs (on the route under auto).
     "paged16_d256_append64": (dict(heads=8, heads_k=2, dim=256, seqlen_new=64, causal=True, page_size=16), 256),
     # d64 causal over few keys: the short-walk kernel's 64-key blocks, boxes of gcd(64, 96) = 32 rows.
     "paged96_d64_short_walk": (dict(heads=8, heads_k=2, dim=64, seqlen_new=64, causal=True, page_size=96), 384),
@@ -125,7 +127,8 @@ def cuda_kernel_names(call):
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="pages on the forward route: the sm90 forward family")
-@pytest.mark.parametrize("case", ["paged16_rows64", "paged48_gqa7_append64", "paged256_batch_idx_append64"])
+@pytest.mark.parametrize("case", ["paged16_rows64", "paged16_rows32_causal", "paged48_gqa7_append64",
+                                  "paged256_batch_idx_append64"])
 def test_pages_take_the_route(case, monkeypatch):
     """Under auto, many-row calls over pages of any size run on the forward kernels (the route's
     lengths kernel, then the sm90 forward), not on the decode kernels; their results are right."""
@@ -143,12 +146,12 @@ def test_pages_take_the_route(case, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="pages on the forward route: the sm90 forward family")
 def test_few_rows_over_small_pages_stay_on_the_decode_kernels(monkeypatch):
-    """Pages of 16 come into the forward box by box, which pays from 64 rows a sequence (the rule
-    in kvcache_forward_route.cu): under auto 32 rows over them stay on the decode kernels, and over
+    """Pages of 16 come into the forward box by box, which pays from 32 rows a sequence (the rule
+    in kvcache_forward_route.cu): under auto 16 rows over them stay on the decode kernels, and over
     a contiguous cache they take the forward."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
     for page, routed in ((16, False), (0, True)):
-        opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=32, page_size=page)
+        opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=16, page_size=page)
         args, slot, first = make_problem(opts, torch.bfloat16, "cuda")
         result = []
         names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))

@@ -80,6 +80,16 @@ def test_packed_rows_against_float64(device, cache, mask):
         run_packed(device, dtype, [1, 1, 1], [1, 256, 100], page=page, **options)
 
 
+@pytest.mark.parametrize("cache", ["contiguous", "page16", "page256"])
+def test_packed_prefill_chunks(device, cache):
+    """Packed chunks of up to 100 rows a sequence: on compute capability 9.0 the library runs them on
+    its forward kernels under auto (kvcache_forward_route.h), reading the pages in place."""
+    page = None if cache == "contiguous" else int(cache.removeprefix("page"))
+    for dtype in dtypes_for(device):
+        run_packed(device, dtype, [64, 100, 0, 37], [200, 100, 50, 256], dim=128, page=page, causal=True)
+        run_packed(device, dtype, [40, 33], [256, 90], heads=14, heads_k=2, dim=128, page=page)
+
+
 @pytest.mark.parametrize("option", ["batch_idx", "leftpad", "softcap_alibi", "alibi_per_sequence", "mqa",
                                     "loose_max_seqlen_q", "int32_max_seqlen_q"])
 def test_packed_rows_options(device, option):

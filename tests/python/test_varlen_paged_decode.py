@@ -90,8 +90,8 @@ def test_paged_decode_options(device, option, kvcache_path_only):
 
 
 def test_which_paged_calls_take_the_kvcache_kernels(device, monkeypatch, no_plans):
-    """No gradient wanted, no dropout, no attn_probs and at most ROW_LIMIT query rows a KV group:
-    the KV-cache kernels; anything else: the gather."""
+    """No gradient wanted, no dropout, no attn_probs and at most ROW_LIMIT query rows a KV group
+    (or on Hopper a prefill chunk): the kvcache call; anything else: the gather."""
     taken = []
     attention = _paged_varlen_kvcache.attention
     monkeypatch.setattr(_paged_varlen_kvcache, "attention",
@@ -109,7 +109,11 @@ def test_which_paged_calls_take_the_kvcache_kernels(device, monkeypatch, no_plan
 
     limit = _paged_varlen_kvcache.ROW_LIMIT
     assert call(1) and call(limit // 4) and call(limit, heads=2)
-    assert not call(limit // 4 + 1) and not call(limit + 1, heads=2)
+    # Past the limit on Hopper, from forward_route_rows a sequence (32 over pages of 16), the
+    # library runs the call on its forward kernels (test_varlen_paged_prefill.py).
+    route_rows = _paged_varlen_kvcache.forward_route_rows(pages, 16)
+    assert not call(limit // 4 + 1)
+    assert call(limit + 1, heads=2) == (route_rows is not None and limit + 1 >= route_rows)
     assert not call(1, grad=True)
     with torch.no_grad():
         assert call(1, grad=True)

@@ -204,6 +204,17 @@ cuda::decode::DecodeArgs shape_args(const KvCacheParams& p) {
   return args;
 }
 
+// Packed query rows whose cu_seqlens_q break a rule had no live slot (decode::query_slots) and were
+// skipped: NaN over every output, as a varlen forward's bad index arrays get.  The poison kernel
+// checks cu_seqlens_k's rules too; given cu_seqlens_q as both, it checks the rows' rules once more.
+void poison_bad_packed_rows(const ForwardParams& f, cudaStream_t stream) {
+  if (f.cu_seqlens_q == nullptr) return;
+  ForwardParams rows = f;
+  rows.cu_seqlens_k = f.cu_seqlens_q, rows.total_k = f.total_q, rows.seqlen_k = f.seqlen_q;
+  rows.seqused_k = nullptr, rows.attn_probs = nullptr;
+  cuda::poison_out_of_bounds_forward(rows, stream);
+}
+
 // A call with many query rows on the forward kernels (kvcache_forward_route.h): the append kernel
 // when new tokens come, then each sequence's key count (NaN outputs for a sequence whose indices
 // break the rules, which the forward then skips), then the forward.
@@ -223,6 +234,7 @@ void run_on_forward(const KvCacheParams& p, cudaStream_t stream) {
   }
   decode::launch_route_lengths(p, lengths, stream);
   run_forward_kernels(decode::forward_route_params(p, lengths), decode::route_kv_index(p));
+  poison_bad_packed_rows(p.fwd, stream);
 }
 
 }  // namespace
@@ -278,15 +290,7 @@ void cuda_forward_kvcache(const KvCacheParams& p) {
   } else {
     decode::run_decode<__nv_bfloat16>(args, stream);
   }
-  if (f.cu_seqlens_q != nullptr) {
-    // Packed query rows whose cu_seqlens_q break a rule had no live slot (decode::query_slots):
-    // NaN over every output, as a varlen forward's bad index arrays get.  The poison kernel checks
-    // cu_seqlens_k's rules too; given cu_seqlens_q as both, it checks the rows' rules once more.
-    ForwardParams rows = f;
-    rows.cu_seqlens_k = f.cu_seqlens_q, rows.total_k = f.total_q, rows.seqlen_k = f.seqlen_q;
-    rows.seqused_k = nullptr, rows.attn_probs = nullptr;
-    poison_out_of_bounds_forward(rows, stream);
-  }
+  poison_bad_packed_rows(f, stream);
 }
 
 }  // namespace tileattn

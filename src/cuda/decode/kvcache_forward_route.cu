@@ -14,11 +14,12 @@ namespace {
 // sequence (64 a KV group of 4), behind them at one row.
 constexpr int kRouteMinSeqlenQ = 16;
 constexpr int kRouteMinGroupRows = 64;
-// Pages that do not hold whole 128-key blocks come box by box (sm90/paged_boxes_sm90.h), one
-// thread issuing 8 boxes x 2 loads a block at d128 for pages of 16: the producer, not the
-// products, sets the pace.  H100, same shapes (session 63): 16 rows 103 us against the decode
-// kernels' 50, 64 rows 106 against 158, 512 rows 453 against 1300; the crossover near 40 rows.
-constexpr int kRouteMinSeqlenQBoxes = 64;
+// Pages that do not hold whole 128-key blocks come box by box (sm90/paged_boxes_sm90.h), two
+// threads issuing 8 boxes x 2 loads a block between them at d128 for pages of 16: the producer,
+// not the products, sets the pace, ~71 us however few the rows.  H100, 4 x 4k keys, 32/8 heads,
+// CUDA graphs (session 64): 16 rows 71 us against the decode kernels' 51, 32 rows 71 against 86,
+// 64 rows 73 against 173, 512 rows 304 against 1371; the crossover between 16 and 32 rows.
+constexpr int kRouteMinSeqlenQBoxes = 32;
 // block_n at d64 and d128.  d256's 64-key blocks are whole in pages of 64 or 192 as well; those
 // take the higher threshold too (not measured).
 constexpr int kWholeBlockPages = 128;
@@ -46,16 +47,21 @@ __global__ void __launch_bounds__(kLengthThreads) route_lengths_kernel(const til
   }
   if (threadIdx.x == 0) lengths[b] = ok ? seq.end : -1;
   if (ok) return;
+  // The sequence's rows: (b, row) in batch form, its packed rows with cu_seqlens_q (query_slots;
+  // none when its cu_seqlens_q entries break the rules, which poison_bad_packed_rows then covers).
   const tileattn_fwd_params& f = p.fwd;
-  const int64_t elements = static_cast<int64_t>(f.seqlen_q) * f.num_heads * f.head_dim;
+  const QuerySlots slots = query_slots(f, b);
+  const int live = f.seqlen_q - slots.first_live;
+  const int64_t elements = static_cast<int64_t>(live) * f.num_heads * f.head_dim;
   uint16_t* out = static_cast<uint16_t*>(f.out);
   for (int64_t i = threadIdx.x; i < elements; i += kLengthThreads) {
     const int64_t d = i % f.head_dim, h = i / f.head_dim % f.num_heads, r = i / (int64_t{f.head_dim} * f.num_heads);
-    out[b * f.out_batch_stride + r * f.out_row_stride + h * f.out_head_stride + d] = kNan16;
+    const int slot = slots.first_live + static_cast<int>(r);
+    out[slots.offset(slot, static_cast<int>(h), f.out_batch_stride, f.out_row_stride, f.out_head_stride) + d] = kNan16;
   }
-  for (int64_t i = threadIdx.x; i < static_cast<int64_t>(f.seqlen_q) * f.num_heads; i += kLengthThreads) {
-    const int64_t r = i % f.seqlen_q, h = i / f.seqlen_q;
-    f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + r] = __int_as_float(0x7fffffff);
+  for (int64_t i = threadIdx.x; i < static_cast<int64_t>(live) * f.num_heads; i += kLengthThreads) {
+    const int slot = slots.first_live + static_cast<int>(i % live), h = static_cast<int>(i / live);
+    f.softmax_lse[slots.lse_offset(f, slot, h)] = __int_as_float(0x7fffffff);
   }
 }
 
@@ -63,7 +69,8 @@ __global__ void __launch_bounds__(kLengthThreads) route_lengths_kernel(const til
 
 KvIndex route_kv_index(const KvCacheParams& p) {
   KvIndex kv{};
-  if (p.cache_batch_idx == nullptr && p.block_table == nullptr) return kv;
+  // Packed query rows index a contiguous cache too: their q batch coordinate is 0 (kv_entry).
+  if (p.cache_batch_idx == nullptr && p.block_table == nullptr && p.fwd.cu_seqlens_q == nullptr) return kv;
   kv.batch_idx = p.cache_batch_idx;
   kv.block_table = p.block_table;
   kv.table_stride = p.block_table_batch_stride;
@@ -74,14 +81,16 @@ KvIndex route_kv_index(const KvCacheParams& p) {
 
 bool forward_route_possible(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
-  const bool plain = p.cache_seqlens != nullptr && p.cache_leftpad == nullptr && p.rotary_cos == nullptr &&
-                     f.cu_seqlens_q == nullptr && f.cu_seqlens_k == nullptr && f.seqused_k == nullptr &&
-                     p.num_splits == 0;
+  // Key counts from cache_seqlens, or with packed query rows from cu_seqlens_k / seqused_k (a paged
+  // flash_attn_varlen_func call, tileattn.h): the lengths kernel turns either into seqused_k.
+  const bool plain = p.cache_leftpad == nullptr && p.rotary_cos == nullptr && p.num_splits == 0;
   if (!plain) return false;
-  if (p.cache_batch_idx == nullptr && p.block_table == nullptr) return true;  // any forward family
-  // Entries and pages (any size: those not holding whole key blocks come box by box,
-  // sm90/paged_boxes_sm90.h): the sm90 family's sequence-bounds kernels only.
-  return sm90_forward_serves(forward_route_params(p, p.cache_seqlens));
+  if (f.cu_seqlens_q == nullptr && p.cache_batch_idx == nullptr && p.block_table == nullptr) {
+    return true;  // any forward family
+  }
+  // Packed query rows, entries and pages (any size: those not holding whole key blocks come box by
+  // box, sm90/paged_boxes_sm90.h): the sm90 family's sequence-bounds kernels only.
+  return sm90_forward_serves(forward_route_params(p, p.cache_seqlens != nullptr ? p.cache_seqlens : f.cu_seqlens_k));
 }
 
 bool forward_route_taken(const KvCacheParams& p) {
@@ -108,6 +117,8 @@ void launch_route_lengths(const KvCacheParams& p, int32_t* lengths, cudaStream_t
 ForwardParams forward_route_params(const KvCacheParams& p, const int32_t* lengths) {
   ForwardParams f = p.fwd;
   f.seqused_k = lengths;
+  f.cu_seqlens_k = nullptr;  // packed query rows keep the cache's batch form (sm90_sequence_view)
+  f.total_k = 0;
   return f;
 }
 

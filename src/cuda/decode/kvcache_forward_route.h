@@ -8,9 +8,11 @@
 // as seqused_k.  On the sm90 family the forward also reads cache entries through cache_batch_idx
 // and pages through block_table (KvIndex, launch_api.h): a key block at a time from pages of a
 // multiple of the block (flash-attn 2's 256), box by box from several pages otherwise (vLLM's 16;
-// sm90/paged_boxes_sm90.h).  What it cannot express (cache_leftpad, rotary, packed query rows, a
-// fixed num_splits, whose batch-invariant bits only the split kernels keep; entries and pages on
-// other GPUs) stays on the decode kernels.
+// sm90/paged_boxes_sm90.h), and packed query rows (cu_seqlens_q: flash_attn_varlen_func's paged
+// prefill, whose key counts come from cu_seqlens_k or seqused_k) through the bounds kernels' own
+// sequence view (sm90/sequence_bounds_sm90.h).  What it cannot express (cache_leftpad, rotary, a
+// fixed num_splits, whose batch-invariant bits only the split kernels keep; entries, pages and
+// packed rows on other GPUs) stays on the decode kernels.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -98,11 +98,11 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     const TilePiece piece = tiles.piece_of(round);
     if (tiles.done(piece.tile)) break;
     const TileCoords tc = tiles.coords(piece.tile);
-    const SequenceView seq = sequence_view(p, tc.batch);
+    const SequenceView seq = sm90_sequence_view<Traits>(p, tc.batch);
     const int m0 = tile_first_row<Traits>(tc.m_block, seq, p);
     if constexpr (Traits::kSeqBounds) {
       // Past this sequence's end or out of bounds (index_poison.h): the producer skips it too.
-      if (m0 >= seq.seqlen_q || !sequence_in_bounds(p, tc.batch)) continue;
+      if (m0 >= seq.seqlen_q || !sm90_sequence_in_bounds<Traits>(p, tc.batch)) continue;
     }
     // This consumer's first query row: negative in the padding above a shifted first tile.
     const int row0 = m0 + consumer * kRowsPerConsumer;

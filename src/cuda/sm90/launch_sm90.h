@@ -52,10 +52,15 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   prm.args = args;
   // Varlen: one packed batch of total_q / total_k rows (sm90_supports checked they fit int32);
   // its batch stride is never used, only required to be a valid TMA stride.
+  // Packed query rows over keys in batch form (cu_seqlens_q alone: the KV-cache route's packed
+  // calls, sm90_sequence_view) keep K/V's batch mode.
   const bool varlen = p.cu_seqlens_q != nullptr;
+  const bool varlen_k = p.cu_seqlens_k != nullptr;
   const int q_rows = varlen ? static_cast<int>(p.total_q) : p.seqlen_q;
   const int batch = varlen ? 1 : p.batch;
-  auto batch_stride = [&](int64_t stride, int rows, int64_t row_stride) { return varlen ? rows * row_stride : stride; };
+  auto batch_stride = [&](bool packed, int64_t stride, int rows, int64_t row_stride) {
+    return packed ? rows * row_stride : stride;
+  };
   prm.q_shape = make_shape(q_rows, p.head_dim, p.num_heads, batch);
   // The KV-cache route (args.kv, launch_api.h): K/V are cache entries or pages, indexed per sequence
   // or per key block by the producer (sequence-bounds kernels only).
@@ -63,18 +68,18 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   if (indexed && !Traits::kSeqBounds) {
     throw Error(ErrorCode::kInternal, "k", "sm90 forward: indexed K/V reached a kernel without sequence bounds");
   }
-  const int kv_rows = args.kv.block_table != nullptr ? args.kv.page_size : varlen ? static_cast<int>(p.total_k) : p.seqlen_k;
-  const int kv_units = indexed ? args.kv.num_units : batch;
+  const int kv_rows = args.kv.block_table != nullptr ? args.kv.page_size : varlen_k ? static_cast<int>(p.total_k) : p.seqlen_k;
+  const int kv_units = indexed ? args.kv.num_units : varlen_k ? 1 : p.batch;
   prm.kv_shape = make_shape(kv_rows, p.head_dim, p.num_heads_k, kv_units);
   auto q = gmem_view(static_cast<const Element*>(p.q), q_rows, p.head_dim, p.num_heads, batch,
-                             p.q_row_stride, p.q_head_stride, batch_stride(p.q_batch_stride, q_rows, p.q_row_stride));
+                             p.q_row_stride, p.q_head_stride, batch_stride(varlen, p.q_batch_stride, q_rows, p.q_row_stride));
   auto k = gmem_view(static_cast<const Element*>(p.k), kv_rows, p.head_dim, p.num_heads_k, kv_units,
-                             p.k_row_stride, p.k_head_stride, batch_stride(p.k_batch_stride, kv_rows, p.k_row_stride));
+                             p.k_row_stride, p.k_head_stride, batch_stride(varlen_k, p.k_batch_stride, kv_rows, p.k_row_stride));
   auto v = gmem_view(static_cast<const Element*>(p.v), kv_rows, p.head_dim, p.num_heads_k, kv_units,
-                             p.v_row_stride, p.v_head_stride, batch_stride(p.v_batch_stride, kv_rows, p.v_row_stride));
+                             p.v_row_stride, p.v_head_stride, batch_stride(varlen_k, p.v_batch_stride, kv_rows, p.v_row_stride));
   auto o = gmem_view(static_cast<Element*>(p.out), q_rows, p.head_dim, p.num_heads, batch,
                              p.out_row_stride, p.out_head_stride,
-                             batch_stride(p.out_batch_stride, q_rows, p.out_row_stride));
+                             batch_stride(varlen, p.out_batch_stride, q_rows, p.out_row_stride));
   prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQHalf{}, Shape<Rows, HeadDim>{}, _1{});
   using KVLoadOp = typename Traits::KVLoadOp;
   using Copies = Int<Traits::kClusterSize>;

@@ -68,12 +68,12 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     const TilePiece piece = tiles.piece_of(round);
     if (tiles.done(piece.tile)) break;
     const TileCoords tc = tiles.coords(piece.tile);
-    const SequenceView seq = sequence_view(p, tc.batch);
+    const SequenceView seq = sm90_sequence_view<Traits>(p, tc.batch);
     const int m0 = tile_first_row<Traits>(tc.m_block, seq, p);  // negative: padding rows above a shifted first tile
     if constexpr (Traits::kSeqBounds) {
       // Past this sequence's end, or a sequence whose cu_seqlens / seqused_k point outside the
       // tensors (index_poison.h): the consumers skip it too.
-      if (m0 >= seq.seqlen_q || !sequence_in_bounds(p, tc.batch)) continue;
+      if (m0 >= seq.seqlen_q || !sm90_sequence_in_bounds<Traits>(p, tc.batch)) continue;
     }
     const KeyBlockRange range = piece_key_range<kSplits>(cta_key_range<Traits>(tc.m_block, seq, p), piece);
     const bool has_keys = range.n_block_max > range.n_block_min;

@@ -33,15 +33,52 @@ __device__ __forceinline__ auto rows_from(Tensor const& rows, int64_t first_row)
   }
 }
 
+// Sequence b as the sm90 kernels see it: common/sequence.h's view, except for packed query rows
+// over keys in batch form (cu_seqlens_q without cu_seqlens_k: the KV-cache route's packed calls,
+// launch_api.h's KvIndex), where the q rows come from cu_seqlens_q and the keys start at row 0 of
+// the sequence's cache entry or pages, seqused_k of them.  Only the sequence-bounds kernels get
+// such calls; common/sequence.h keeps its one form because the FA2 backward spilled when its view
+// gained selects (sequence.h, sequence_in_bounds).
+template <typename Traits>
+__device__ __forceinline__ SequenceView sm90_sequence_view(const ForwardParams& p, int b) {
+  if constexpr (Traits::kSeqBounds) {
+    if (p.cu_seqlens_q != nullptr && p.cu_seqlens_k == nullptr) {
+      SequenceView s;
+      s.q_base_row = p.cu_seqlens_q[b];
+      s.seqlen_q = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+      s.k_base_row = 0;
+      s.seqlen_k = p.seqused_k[b];
+      s.q_batch = 0;
+      return s;
+    }
+  }
+  return sequence_view(p, b);
+}
+
+// sequence_in_bounds for the same two forms: packed rows over keys in batch form check the rows'
+// entries and seqused_k against the cache's capacity (seqlen_k).
+template <typename Traits>
+__device__ __forceinline__ bool sm90_sequence_in_bounds(const ForwardParams& p, int b) {
+  if constexpr (Traits::kSeqBounds) {
+    if (p.cu_seqlens_q != nullptr && p.cu_seqlens_k == nullptr) {
+      const int64_t q0 = p.cu_seqlens_q[b], q1 = p.cu_seqlens_q[b + 1];
+      const int keys = p.seqused_k[b];
+      return q0 >= 0 && q1 >= q0 && q1 <= p.total_q && q1 - q0 <= p.seqlen_q && keys >= 0 && keys <= p.seqlen_k;
+    }
+  }
+  return sequence_in_bounds(p, b);
+}
+
 // The batch coordinate of a sequence in the TMA tensors: 0 in varlen form (one packed batch).
 __device__ __forceinline__ int tma_batch(SequenceView const& seq) { return static_cast<int>(seq.q_batch); }
 
 // The K/V tensors' batch coordinate of sequence b, whose q coordinate is `batch`: on the KV-cache
-// route (KvIndex, launch_api.h) its cache entry cache_batch_idx[b], which with pages is its
-// block_table row; else `batch`.  The route's lengths kernel gave a sequence with an entry out of
-// range no keys (seqused_k -1), so a sequence this is asked for has a valid one.
+// route (KvIndex, launch_api.h) its cache entry cache_batch_idx[b] (or b), which with pages is its
+// block_table row; else `batch`.  (With packed query rows `batch` is 0, so an indexed call uses b.)
+// The route's lengths kernel gave a sequence with an entry out of range no keys (seqused_k -1), so
+// a sequence this is asked for has a valid one.
 __device__ __forceinline__ int kv_entry(KvIndex const& kv, int b, int batch) {
-  return kv.batch_idx != nullptr ? kv.batch_idx[b] : batch;
+  return kv.batch_idx != nullptr ? kv.batch_idx[b] : kv.num_units > 0 ? b : batch;
 }
 
 // Where key block n of cache entry `entry` lies in pages of kv.page_size rows (a multiple of
