@@ -170,8 +170,8 @@ def test_copied_index_tensors_store_no_plan(device, kvcache_path_only, no_plans)
 
 def test_decode_step_is_flash_attn_with_kvcache(device, kvcache_path_only, monkeypatch):
     """One query row a sequence: the kvcache call over the same pages, bit for bit.  Both on the
-    decode kernels: with TILEATTN_KVCACHE_FORWARD=on the batch-form call could take the forward
-    kernels (pages of any size do on Hopper), the packed one cannot."""
+    decode kernels: with TILEATTN_KVCACHE_FORWARD=on either call could take the forward kernels on
+    Hopper, and the two forms' results would then not be compared on the same kernels."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "off")
     batch, page, max_blocks = 5, 16, 6
     pages = torch.randn(batch * max_blocks, page, 2, 64, dtype=torch.bfloat16, device=device)
