@@ -70,9 +70,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel_sm90(const __g
         kTailSplit ? (kProducerRegistersFree < 32 ? kProducerRegistersFree : 32) : Traits::kProducerRegisters;
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
     if constexpr (Traits::kSeqBounds) {
-      if (prm.page_box_rows > 0) {  // pages read box by box: Q and K from one thread, V from another
-        if (threadIdx.x == 0) run_producer<Traits, kTailSplit, ProducerRole::kQueriesAndKeys>(prm, ss);
-        if (threadIdx.x == 32) run_producer<Traits, kTailSplit, ProducerRole::kValues>(prm, ss);
+      if (prm.page_box_rows > 0) {  // pages read box by box: Q and K from warp 0, V from warp 1
+        if (threadIdx.x < 32) run_producer<Traits, kTailSplit, ProducerRole::kQueriesAndKeys>(prm, ss);
+        else if (threadIdx.x < 64) run_producer<Traits, kTailSplit, ProducerRole::kValues>(prm, ss);
       } else if (threadIdx.x == 0) {
         run_producer<Traits, kTailSplit>(prm, ss);
       }

@@ -64,13 +64,43 @@ void encode_page_box_map(CUtensorMap* map, const void* pages, int head_dim, int 
   }
 }
 
-// Key block n of cache entry `entry` (keys [n kBlockN, (n + 1) kBlockN), of which `keys` exist)
-// into the stage at `stage_tile` (the stage's first element, kKVTileElems a stage), its transaction
-// counted on `full`.
+// One lane's box of a key block: box `lane` of block n, boxes of box_rows rows (page_box_rows),
+// each lane of the warp that issues a tensor's loads taking one (at most kBlockN / 16 = 8 boxes a
+// block, pages being multiples of 16 rows).  `live` is false for a lane past the block's boxes or
+// a box wholly past the sequence's keys, whose table entry need not be a page and is not read.
+struct PageBox {
+  int page;
+  int page_row;
+  bool live;
+};
+
+// Where lane `lane`'s box of key block n of cache entry `entry` (keys [n kBlockN, (n + 1)
+// kBlockN), of which `keys` exist) lies.  The producer reads it before it waits for the stage the
+// box goes to: the table entry is a global read (~550 cycles on an H100 by session 64's numbers),
+// and read after the stage's release it stood on every block's critical path (docs/perf-log.md).
 template <typename Traits>
-__device__ __forceinline__ void load_block_by_boxes(CUtensorMap const& map, KvIndex const& kv, int box_rows,
-                                                    int entry, int kv_head, int n, int keys,
-                                                    typename Traits::Element* stage_tile, uint64_t& full) {
+__device__ __forceinline__ PageBox page_box_of_lane(KvIndex const& kv, int box_rows, int entry, int n, int keys,
+                                                    int lane) {
+  static_assert(Traits::kBlockN / 16 <= 32, "a box a lane: kBlockN / 16 boxes at most");
+  const int row = n * Traits::kBlockN + lane * box_rows;
+  PageBox box{0, 0, lane * box_rows < Traits::kBlockN && row < keys};
+  if (box.live) {
+    const int page_index = row / kv.page_size;
+    box.page_row = row - page_index * kv.page_size;
+    box.page = kv.block_table[static_cast<int64_t>(entry) * kv.table_stride + page_index];
+  }
+  return box;
+}
+
+// Key block n into the stage at `stage_tile` (the stage's first element, kKVTileElems a stage),
+// its transaction counted on `full`: called by every lane of the issuing warp with its own box
+// (page_box_of_lane); lane 0 also arrives with the bytes of all the block's live boxes.  A box
+// needs no order against the others or against lane 0's arrival: the barrier's phase cannot
+// complete before that arrival, and the transaction count may dip below zero until then.
+template <typename Traits>
+__device__ __forceinline__ void load_page_box(CUtensorMap const& map, PageBox const& box, int box_rows, int n,
+                                              int keys, int kv_head, typename Traits::Element* stage_tile,
+                                              uint64_t& full, int lane) {
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kColumnSlabs = Traits::kHeadDim / 64;
   // The stage's tile is 8 x 64 swizzle atoms stacked down the rows first, then across the column
@@ -87,34 +117,18 @@ __device__ __forceinline__ void load_block_by_boxes(CUtensorMap const& map, KvIn
   static_assert(decltype(Grid{}(cute::_0{}, cute::_0{}, cute::_1{}))::value ==
                     Traits::kKVTileElems,
                 "stages are kKVTileElems apart");
-  const int first = n * kBlockN;
-  const int boxes = min(kBlockN / box_rows, (keys - first + box_rows - 1) / box_rows);
-  constexpr uint32_t kSlabRowBytes = 64 * sizeof(typename Traits::Element);
-  FullBarrier::arrive_and_expect_tx(&full, static_cast<uint32_t>(boxes * box_rows) * kSlabRowBytes * kColumnSlabs);
-  // One thread issues every box, so each box's work is kept to its loads: the page and the row in
-  // it advance by box_rows from one division a block, and the table is read once a page (its next
-  // entries share the first one's cache line).  Session 63's first version divided and read the
-  // table for every box, with the page kept in local memory (the producer has 24 registers), so
-  // each read waited out its latency: ~500 cycles a box, 512 rows over pages of 16 4.4x the
-  // contiguous cache's time on an H100; this one 2.4x (docs/perf-log.md): the one producer thread
-  // still sets the pace.
-  const int32_t* table = kv.block_table + static_cast<int64_t>(entry) * kv.table_stride;
-  int page_index = first / kv.page_size;
-  int page_row = first - page_index * kv.page_size;
-  int page = table[page_index];
-  typename Traits::Element* box_tile = stage_tile;
-  for (int j = 0; j < boxes; ++j) {
+  if (lane == 0) {
+    const int first = n * kBlockN;
+    const int boxes = min(kBlockN / box_rows, (keys - first + box_rows - 1) / box_rows);
+    constexpr uint32_t kSlabRowBytes = 64 * sizeof(typename Traits::Element);
+    FullBarrier::arrive_and_expect_tx(&full, static_cast<uint32_t>(boxes * box_rows) * kSlabRowBytes * kColumnSlabs);
+  }
+  if (!box.live) return;
+  typename Traits::Element* box_tile = stage_tile + lane * box_rows * 64;
 #pragma unroll
-    for (int c = 0; c < kColumnSlabs; ++c) {
-      cute::SM90_TMA_LOAD_4D::copy(&map, &full, static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL),
-                                   box_tile + c * kSlabElems, c * 64, page_row, kv_head, page);
-    }
-    box_tile += box_rows * 64;
-    page_row += box_rows;
-    if (page_row == kv.page_size && j + 1 < boxes) {
-      page_row = 0;
-      page = table[++page_index];
-    }
+  for (int c = 0; c < kColumnSlabs; ++c) {
+    cute::SM90_TMA_LOAD_4D::copy(&map, &full, static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL),
+                                 box_tile + c * kSlabElems, c * 64, box.page_row, kv_head, box.page);
   }
 }
 

@@ -21,11 +21,12 @@
 
 namespace tileattn::cuda::sm90 {
 
-// Which loads a producer thread issues.  One thread issues them all, except on pages read box by
-// box (paged_boxes_sm90.h), where a key block is up to 8 boxes x D / 64 loads and one thread's
-// issue sets the pace (session 63: pages of 16 at 512 rows 2.4x the contiguous cache's time): there
-// one thread issues Q and K, a thread of the next warp V.  K and V have their own stages and
-// barriers and the tile order is static (CtaTiles), so the two walk the same tiles unsynchronized.
+// Which loads a producer issues.  One thread issues them all, except on pages read box by box
+// (paged_boxes_sm90.h), where a key block is up to 8 boxes x D / 64 loads and one thread's issue
+// set the pace (session 63: pages of 16 at 512 rows 2.4x the contiguous cache's time): there warp 0
+// issues Q and K, warp 1 V, each lane of a warp a box of the block (session 64), lane 0 the barrier
+// arrivals and Q.  K and V have their own stages and barriers and the tile order is static
+// (CtaTiles), so the two warps walk the same tiles unsynchronized; a warp's lanes walk them in step.
 enum class ProducerRole { kAll, kQueriesAndKeys, kValues };
 
 // kSplits: whether the kernel walks the tail split's pieces (fwd_kernel_sm90's kTailSplit).
@@ -36,6 +37,9 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
   static_assert(kRole == ProducerRole::kAll || Traits::kClusterSize == 1, "split producers in a cluster");
   constexpr bool kLoadsQK = kRole != ProducerRole::kValues;
   constexpr bool kLoadsV = kRole != ProducerRole::kQueriesAndKeys;
+  constexpr int kLanes = kRole == ProducerRole::kAll ? 1 : 32;  // threads running this producer
+  const int lane = kLanes == 1 ? 0 : static_cast<int>(threadIdx.x % 32);
+  const bool leader = lane == 0;  // arrives on the barriers and issues every load but the boxes
   using namespace cute;
   using Element = typename Traits::Element;
   using Rows = typename Traits::Rows;
@@ -104,15 +108,23 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     auto load_block = [&](auto const& tma, CUtensorMap const& page_boxes, auto const& m, auto const& s,
                           auto const& tg, auto const& ts, uint64_t* empty, uint64_t* full,
                           StageCounter<Traits::kStages>& stage, Element* tiles, int n) __attribute__((always_inline)) {
-      EmptyBarrier::wait(&empty[stage.index], stage.phase ^ 1u);
-      uint64_t& landed = full[stage.index];
-      if constexpr (Traits::kSeqBounds) {
+      // Box pages: the kernel runs the split roles whenever prm.page_box_rows > 0 (fwd_kernel_sm90.h),
+      // a warp a tensor, a box a lane, each lane's table entry read before the stage's wait.
+      if constexpr (Traits::kSeqBounds && kRole != ProducerRole::kAll) {
         if (prm.page_box_rows > 0) {
-          load_block_by_boxes<Traits>(page_boxes, prm.args.kv, prm.page_box_rows, kv_unit, kv_head, n, seq.seqlen_k,
-                                      tiles + stage.index * Traits::kKVTileElems, landed);
+          const PageBox box = page_box_of_lane<Traits>(prm.args.kv, prm.page_box_rows, kv_unit, n, seq.seqlen_k, lane);
+          EmptyBarrier::wait(&empty[stage.index], stage.phase ^ 1u);
+          load_page_box<Traits>(page_boxes, box, prm.page_box_rows, n, seq.seqlen_k, kv_head,
+                                tiles + stage.index * Traits::kKVTileElems, full[stage.index], lane);
           stage.advance();
           return;
         }
+      }
+      EmptyBarrier::wait(&empty[stage.index], stage.phase ^ 1u);
+      uint64_t& landed = full[stage.index];
+      if (!leader) {  // a whole block is one load
+        stage.advance();
+        return;
       }
       FullBarrier::arrive_and_expect_tx(&landed, Traits::kKVTileBytes);
       if (Traits::kSeqBounds && prm.args.kv.block_table != nullptr) {
@@ -138,9 +150,9 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
     if constexpr (kLoadsQK) {
       EmptyBarrier::wait(&ss.q_empty, q_empty_parity);
       q_empty_parity ^= 1u;
-      if (!has_keys) FullBarrier::arrive_and_expect_tx(&ss.q_full, 0);
+      if (leader && !has_keys) FullBarrier::arrive_and_expect_tx(&ss.q_full, 0);
     }
-    if (kLoadsQK && has_keys) {
+    if (kLoadsQK && leader && has_keys) {
       // One 64-row box per consumer; rows past seqlen_q come in as zeros.  A box that lies wholly
       // past seqlen_q, or above row 0 (tile_first_row), is not loaded: its consumer computes rows
       // that are never stored.  (A cluster's second tile can lie wholly past seqlen_q: no box at all.)
