@@ -47,6 +47,13 @@ CASES = {
     "paged16_d256_append64": (dict(heads=8, heads_k=2, dim=256, seqlen_new=64, causal=True, page_size=16), 256),
     # d64 causal over few keys: the short-walk kernel's 64-key blocks, boxes of gcd(64, 96) = 32 rows.
     "paged96_d64_short_walk": (dict(heads=8, heads_k=2, dim=64, seqlen_new=64, causal=True, page_size=96), 384),
+    # Rotary: the new keys rotated by the append kernel, q (on the forward route: a rotated copy of
+    # it) at cache_seqlens + i when causal or windowed, at cache_seqlens otherwise.
+    "rotary_causal_append64": (dict(heads=16, heads_k=4, dim=128, seqlen_new=64, causal=True, rotary_dim=128), 512),
+    "rotary_halves_rows40_paged16": (dict(heads=8, heads_k=2, dim=64, seqlen_new=8, seqlen_q=40, rotary_dim=32,
+                                          interleaved=False, page_size=16), 512),
+    "rotary_window_batch_idx_d256": (dict(heads=8, heads_k=2, dim=256, seqlen_new=16, seqlen_q=32, window=(50, 0),
+                                          rotary_dim=64, batch_idx=True), 512),
 }
 
 
@@ -63,7 +70,8 @@ def test_kvcache_many_rows(case, dtype, device):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
 @pytest.mark.parametrize("route", ["on", "off"])
 @pytest.mark.parametrize("case", ["append64_causal_gqa4", "rows127_window_softcap_alibi",
-                                  "paged256_batch_idx_append64", "paged48_gqa7_append64"])
+                                  "paged256_batch_idx_append64", "paged48_gqa7_append64",
+                                  "rotary_halves_rows40_paged16", "rotary_window_batch_idx_d256"])
 def test_both_kernel_paths(case, route, monkeypatch):
     """The same calls forced onto the forward kernels and onto the decode kernels."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", route)
@@ -128,10 +136,11 @@ def cuda_kernel_names(call):
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="pages on the forward route: the sm90 forward family")
 @pytest.mark.parametrize("case", ["paged16_rows64", "paged16_rows32_causal", "paged48_gqa7_append64",
-                                  "paged256_batch_idx_append64"])
+                                  "paged256_batch_idx_append64", "rotary_halves_rows40_paged16"])
 def test_pages_take_the_route(case, monkeypatch):
     """Under auto, many-row calls over pages of any size run on the forward kernels (the route's
-    lengths kernel, then the sm90 forward), not on the decode kernels; their results are right."""
+    lengths kernel, with rotary its q rotation, then the sm90 forward), not on the decode kernels;
+    their results are right."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
     options, capacity = CASES[case]
     opts = dict(DEFAULTS, **options)
@@ -140,6 +149,7 @@ def test_pages_take_the_route(case, monkeypatch):
     names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
     assert any("route_lengths_kernel" in name for name in names), names
     assert any("fwd_kernel_sm90" in name for name in names), names
+    assert any("route_rotate_q_kernel" in name for name in names) == bool(opts["rotary_dim"]), names
     check_against_reference(opts, torch.bfloat16, args, slot, first, *result[0])
 
 

@@ -217,13 +217,19 @@ void poison_bad_packed_rows(const ForwardParams& f, cudaStream_t stream) {
 
 // A call with many query rows on the forward kernels (kvcache_forward_route.h): the append kernel
 // when new tokens come, then each sequence's key count (NaN outputs for a sequence whose indices
-// break the rules, which the forward then skips), then the forward.
+// break the rules, which the forward then skips), with rotary q's rotated copy, then the forward.
 void run_on_forward(const KvCacheParams& p, cudaStream_t stream) {
   using namespace cuda;
   decode::require_workspace(p, decode::forward_route_workspace_bytes(p));
   std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the forward
   int32_t* lengths = static_cast<int32_t*>(p.workspace);
-  if (lengths == nullptr) lengths = reinterpret_cast<int32_t*>(pool.emplace(stream).ints(p.fwd.batch));
+  void* q_rotated = nullptr;
+  if (lengths == nullptr) {
+    lengths = reinterpret_cast<int32_t*>(pool.emplace(stream).ints(p.fwd.batch));
+    if (p.rotary_cos != nullptr) q_rotated = pool->floats(decode::route_rotated_q_bytes(p) / 4, false);
+  } else if (p.rotary_cos != nullptr) {
+    q_rotated = static_cast<char*>(p.workspace) + decode::route_lengths_bytes(p);
+  }
   if (p.k_new != nullptr) {
     const decode::DecodeArgs args = shape_args(p);
     if (p.fwd.dtype == TILEATTN_FLOAT16) {
@@ -233,7 +239,8 @@ void run_on_forward(const KvCacheParams& p, cudaStream_t stream) {
     }
   }
   decode::launch_route_lengths(p, lengths, stream);
-  run_forward_kernels(decode::forward_route_params(p, lengths), decode::route_kv_index(p));
+  if (q_rotated != nullptr) decode::launch_route_rotate_q(p, lengths, q_rotated, stream);
+  run_forward_kernels(decode::forward_route_params(p, lengths, q_rotated), decode::route_kv_index(p));
   poison_bad_packed_rows(p.fwd, stream);
 }
 

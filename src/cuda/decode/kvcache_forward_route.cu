@@ -1,9 +1,12 @@
-// KV-cache calls on the forward kernels: the route's rules and its lengths kernel
+// KV-cache calls on the forward kernels: the route's rules, its lengths kernel and its rotary q kernel
 // (kvcache_forward_route.h says why).
 #include "cuda/decode/kvcache_forward_route.h"
 
+#include <algorithm>
+
 #include "common/env_choice.h"
 #include "cuda/check.h"
+#include "cuda/decode/append_kernel.cuh"
 #include "cuda/decode/decode_args.h"
 #include "cuda/forward_kernels.h"
 
@@ -65,6 +68,43 @@ __global__ void __launch_bounds__(kLengthThreads) route_lengths_kernel(const til
   }
 }
 
+constexpr int kRotateThreads = 256;
+constexpr int kRotateSlots = 4;  // query slots a CTA: 4 x 32 heads x d128 = 64 elements a thread
+
+// q's rows of call p rotated into q_rotated, laid out as q is (batch form or packed rows) with
+// dense strides: slot i of sequence b at position cache_seqlens[b] + i when causal or windowed,
+// else cache_seqlens[b] (common/kvcache.h's rotary_positions_past_cache), in the split kernel's
+// float math (append_kernel.cuh's rotated), rounded to T as the split kernel rounds its rotated
+// rows for the mma.  A sequence the lengths kernel refused (-1: its rotary positions may lie past
+// the tables) is skipped, as the forward skips it.
+template <typename T>
+__global__ void __launch_bounds__(kRotateThreads) route_rotate_q_kernel(const tileattn_kvcache_params p,
+                                                                        const int32_t* lengths, T* q_rotated) {
+  const int b = blockIdx.x;
+  if (lengths[b] < 0) return;
+  const tileattn_fwd_params& f = p.fwd;
+  const QuerySlots slots = query_slots(f, b);
+  const int64_t cache_seqlen = sequence_keys(p, b).seqlen;
+  const bool per_row_position = f.window_left >= 0 || f.window_right >= 0;
+  const int64_t row_elems = static_cast<int64_t>(f.num_heads) * f.head_dim;
+  for (int first_slot = blockIdx.y * kRotateSlots; first_slot < f.seqlen_q; first_slot += gridDim.y * kRotateSlots) {
+    const int slots_here = min(kRotateSlots, f.seqlen_q - first_slot);
+    for (int64_t e = threadIdx.x; e < slots_here * row_elems; e += kRotateThreads) {
+      const int slot = first_slot + static_cast<int>(e / row_elems);
+      if (!slots.live(slot)) continue;
+      const int h = static_cast<int>(e % row_elems / f.head_dim), d = static_cast<int>(e % f.head_dim);
+      const T* row = static_cast<const T*>(f.q) + slots.offset(slot, h, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
+      const int64_t position = cache_seqlen + (per_row_position ? slot : 0);
+      const int64_t at = slots.offset(slot, h, f.seqlen_q * row_elems, row_elems, f.head_dim) + d;
+      q_rotated[at] = from_float<T>(rotated(load_rotary_inputs(p, row, d, position)));
+    }
+  }
+}
+
+int64_t rows_of_q(const tileattn_fwd_params& f) {
+  return f.cu_seqlens_q != nullptr ? f.total_q : static_cast<int64_t>(f.batch) * f.seqlen_q;
+}
+
 }  // namespace
 
 KvIndex route_kv_index(const KvCacheParams& p) {
@@ -83,7 +123,8 @@ bool forward_route_possible(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
   // Key counts from cache_seqlens, or with packed query rows from cu_seqlens_k / seqused_k (a paged
   // flash_attn_varlen_func call, tileattn.h): the lengths kernel turns either into seqused_k.
-  const bool plain = p.cache_leftpad == nullptr && p.rotary_cos == nullptr && p.num_splits == 0;
+  // Rotary: q rotated into a workspace copy first (route_rotate_q_kernel), k by the append kernel.
+  const bool plain = p.cache_leftpad == nullptr && p.num_splits == 0;
   if (!plain) return false;
   if (f.cu_seqlens_q == nullptr && p.cache_batch_idx == nullptr && p.block_table == nullptr) {
     return true;  // any forward family
@@ -104,9 +145,19 @@ bool forward_route_taken(const KvCacheParams& p) {
   return forward_route_possible(p);
 }
 
+int64_t route_lengths_bytes(const KvCacheParams& p) {
+  return (static_cast<int64_t>(p.fwd.batch) * sizeof(int32_t) + 255) / 256 * 256;
+}
+
+int64_t route_rotated_q_bytes(const KvCacheParams& p) {
+  if (p.rotary_cos == nullptr) return 0;
+  const int64_t bytes = rows_of_q(p.fwd) * p.fwd.num_heads * p.fwd.head_dim * 2;  // 16-bit elements
+  return (bytes + 255) / 256 * 256;
+}
+
 int64_t forward_route_workspace_bytes(const KvCacheParams& p) {
   if (!forward_route_possible(p)) return 0;
-  return (static_cast<int64_t>(p.fwd.batch) * sizeof(int32_t) + 255) / 256 * 256;
+  return route_lengths_bytes(p) + route_rotated_q_bytes(p);
 }
 
 void launch_route_lengths(const KvCacheParams& p, int32_t* lengths, cudaStream_t stream) {
@@ -114,11 +165,29 @@ void launch_route_lengths(const KvCacheParams& p, int32_t* lengths, cudaStream_t
   check_cuda(cudaGetLastError(), "KV-cache route lengths kernel launch");
 }
 
-ForwardParams forward_route_params(const KvCacheParams& p, const int32_t* lengths) {
+void launch_route_rotate_q(const KvCacheParams& p, const int32_t* lengths, void* q_rotated, cudaStream_t stream) {
+  const int chunks = (p.fwd.seqlen_q + kRotateSlots - 1) / kRotateSlots;
+  const dim3 grid(p.fwd.batch, std::max(1, std::min(chunks, 65535)));
+  if (p.fwd.dtype == TILEATTN_FLOAT16) {
+    route_rotate_q_kernel<__half><<<grid, kRotateThreads, 0, stream>>>(p, lengths, static_cast<__half*>(q_rotated));
+  } else {
+    route_rotate_q_kernel<__nv_bfloat16>
+        <<<grid, kRotateThreads, 0, stream>>>(p, lengths, static_cast<__nv_bfloat16*>(q_rotated));
+  }
+  check_cuda(cudaGetLastError(), "KV-cache route rotary kernel launch");
+}
+
+ForwardParams forward_route_params(const KvCacheParams& p, const int32_t* lengths, const void* q_rotated) {
   ForwardParams f = p.fwd;
   f.seqused_k = lengths;
   f.cu_seqlens_k = nullptr;  // packed query rows keep the cache's batch form (sm90_sequence_view)
   f.total_k = 0;
+  if (q_rotated != nullptr) {  // dense, in q's form (route_rotate_q_kernel)
+    f.q = q_rotated;
+    f.q_head_stride = f.head_dim;
+    f.q_row_stride = static_cast<int64_t>(f.num_heads) * f.head_dim;
+    f.q_batch_stride = (f.cu_seqlens_q != nullptr ? f.total_q : f.seqlen_q) * f.q_row_stride;
+  }
   return f;
 }
 
