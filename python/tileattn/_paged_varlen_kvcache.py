@@ -1,10 +1,11 @@
-"""flash_attn_varlen_func with block_table and few query rows (or, on Hopper, prefill chunks), run
+"""flash_attn_varlen_func with block_table and few query rows (or, on Hopper, any number), run
 through flash_attn_with_kvcache's library call.
 
 On compute capability 9.0 the library runs that call with many query rows on its forward kernels,
-which read the pages in place (src/cuda/decode/kvcache_forward_route.h): from 16 rows a sequence,
-or 32 over pages that are not a multiple of 128 rows (forward_route_rows), where the gather
-(_paged_varlen.py) would copy every visible key first.
+which read the pages in place (src/cuda/decode/kvcache_forward_route.h; its rule: from 16 rows a
+sequence, 32 over pages that do not hold whole key blocks), and with few on the decode kernels,
+where the gather (_paged_varlen.py) would copy every visible key first: there every call that wants
+no gradient goes to the library, which alone decides between its kernels (forward_route_exists).
 
 A serving engine batches decode steps (one query row a sequence, or a few speculative ones) as a
 paged varlen call.  That is the call flash_attn_with_kvcache's kernels are built for: they read K
@@ -55,27 +56,22 @@ def _hopper(device_index):
     return _CAPABILITY[device_index] == (9, 0)
 
 
-def forward_route_rows(q, page_size):
-    """Query rows a sequence from which the library runs the packed kvcache call on its forward
-    kernels, reading the pages in place (compute capability 9.0: kvcache_forward_route.cu's rule,
-    16 rows, or 32 over pages that are not a multiple of 128 rows, read box by box); None where it
-    never does."""
-    if q.device.type != "cuda" or not _hopper(q.device.index if q.device.index is not None else 0):
-        return None
-    return 16 if page_size % 128 == 0 else 32
+def forward_route_exists(q):
+    """Whether the library can run a packed kvcache call over pages on its forward kernels (the
+    sm90 family, compute capability 9.0), so a call of any number of rows is served well there:
+    many rows on the forward kernels, few on the decode kernels, by the library's own rule."""
+    return q.device.type == "cuda" and _hopper(q.device.index if q.device.index is not None else 0)
 
 
 def applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
-    """Whether a checked paged varlen call runs on the kvcache kernels: few rows a KV group (the
-    decode kernels), or on Hopper a prefill chunk the library runs on the forward kernels."""
+    """Whether a checked paged varlen call runs as a kvcache call: few rows a KV group (the decode
+    kernels), or on Hopper any number of rows (the library picks its kernels)."""
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if wants_grad or dropout_p != 0 or return_attn_probs or not isinstance(max_seqlen_q, int):
         return False
     if k.stride(-1) != 1 or v.stride(-1) != 1:
         return False
-    route_rows = forward_route_rows(q, k.shape[1])
-    return (max_seqlen_q * (q.shape[1] // k.shape[2]) <= ROW_LIMIT
-            or (route_rows is not None and max_seqlen_q >= route_rows))
+    return max_seqlen_q * (q.shape[1] // k.shape[2]) <= ROW_LIMIT or forward_route_exists(q)
 
 
 def attention(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,

@@ -103,17 +103,17 @@ bool all_vector_aligned(const ForwardParams& p) {
          vector_aligned(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, varlen);
 }
 
-// The sm90 instance that serves the call, or nullptr.
-const FwdInstance* sm90_instance_for(const ForwardParams& p) {
+// The sm90 instance that serves the call, or nullptr (aligned: all_vector_aligned(p)).
+const FwdInstance* sm90_instance_for(const ForwardParams& p, bool aligned) {
   const bool sm90_allowed = sm90_family_allowed("TILEATTN_FORWARD_FAMILY");  // first, so a bad value always raises
-  const FwdInstance* inst = all_vector_aligned(p) && sm90_allowed && sm90_supports(p)
+  const FwdInstance* inst = aligned && sm90_allowed && sm90_supports(p)
                                 ? find_sm90_instance(p.head_dim, p.dtype) : nullptr;
   return inst != nullptr && is_sm90_device() && inst->smem_bytes() <= smem_optin_bytes() ? inst : nullptr;
 }
 
 }  // namespace
 
-bool sm90_forward_serves(const ForwardParams& p) { return sm90_instance_for(p) != nullptr; }
+bool sm90_forward_serves(const ForwardParams& p) { return sm90_instance_for(p, all_vector_aligned(p)) != nullptr; }
 
 void run_forward_kernels(const ForwardParams& p, const KvIndex& kv) {
   FwdKernelArgs args{};
@@ -126,8 +126,8 @@ void run_forward_kernels(const ForwardParams& p, const KvIndex& kv) {
   variant.dropout = dropout;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
 
-  const FwdInstance* sm90_instance = sm90_instance_for(p);
   const bool aligned = all_vector_aligned(p);
+  const FwdInstance* sm90_instance = sm90_instance_for(p, aligned);
   const FwdInstance* instance = find_instance(p.head_dim, p.dtype);
   const bool use_sm90 = sm90_instance != nullptr;
   if (kv.num_units > 0 && !use_sm90) {

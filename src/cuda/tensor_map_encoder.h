@@ -27,4 +27,21 @@ inline TensorMapEncoder tensor_map_encoder() {
   return encode;
 }
 
+// A 4-D tensor map of 16-bit elements (dims innermost first, element_strides of dims 1-3 in
+// elements) read in boxes of `box` with the 128-byte swizzle, no interleave and no out-of-bounds
+// fill: the decode kernels' cache maps and the sm90 forward's page boxes.  False when the driver
+// has no encoder or refuses the map.
+inline bool encode_swizzled_map_4d(CUtensorMap* map, CUtensorMapDataType type, const void* base,
+                                   const cuuint64_t (&dims)[4], const int64_t (&element_strides)[3],
+                                   const cuuint32_t (&box)[4], CUtensorMapL2promotion promotion) {
+  const TensorMapEncoder encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(element_strides[0]) * 2,
+                                 static_cast<cuuint64_t>(element_strides[1]) * 2,
+                                 static_cast<cuuint64_t>(element_strides[2]) * 2};
+  const cuuint32_t unit_steps[4] = {1, 1, 1, 1};
+  return encode(map, type, 4, const_cast<void*>(base), dims, strides, box, unit_steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace tileattn::cuda

@@ -1,6 +1,6 @@
 """Paged varlen calls with many query rows a sequence (a chunked prefill over a paged cache), no
 gradient.  On Hopper they run through the kvcache call on the forward kernels, which read the pages
-in place (_paged_varlen_kvcache.forward_route_rows, src/cuda/decode/kvcache_forward_route.h); on
+in place (_paged_varlen_kvcache.forward_route_exists, src/cuda/decode/kvcache_forward_route.h); on
 other devices they gather the pages (_paged_varlen.py).  Each sequence's rows against float64 (FA's
 rule) with NaN in every page slot no sequence owns and garbage block-table entries past each
 sequence's pages; on Hopper the route's kernels seen by the profiler; bad contents there."""
@@ -58,7 +58,7 @@ def test_paged_prefill_takes_the_forward_route(page_size, monkeypatch, kvcache_p
     kernel and the sm90 forward, with no gather (kvcache_path_only fails a gathered call)."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
     rows = 32 if page_size == 16 else 16
-    assert _paged_varlen_kvcache.forward_route_rows(torch.empty(0, device="cuda"), page_size) == rows
+    assert _paged_varlen_kvcache.forward_route_exists(torch.empty(0, device="cuda"))
     names = cuda_kernel_names(lambda: run_decode("cuda", torch.bfloat16, [rows, rows, rows], [300, rows, 700],
                                                  page_size, head_dim=128, causal=True))
     assert any("route_lengths_kernel" in name for name in names), names

@@ -43,17 +43,11 @@ bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, i
 bool encode_cache_map(CUtensorMap* map, const void* base, CUtensorMapDataType dtype, int head_dim, int heads_k,
                       int64_t rows, int64_t units, int64_t head_stride, int64_t row_stride, int64_t unit_stride,
                       int box_keys) {
-  const cuda::TensorMapEncoder encode = cuda::tensor_map_encoder();
-  if (encode == nullptr) return false;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads_k),
                               static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(units)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(head_stride) * 2, static_cast<cuuint64_t>(row_stride) * 2,
-                                 static_cast<cuuint64_t>(unit_stride) * 2};
   const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(box_keys), 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  return encode(map, dtype, 4, const_cast<void*>(base), dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return cuda::encode_swizzled_map_4d(map, dtype, base, dims, {head_stride, row_stride, unit_stride}, box,
+                                      CU_TENSOR_MAP_L2_PROMOTION_NONE);
 }
 
 // Where TMA staging is chosen under TILEATTN_DECODE_FAMILY=auto: calls with the split heuristic

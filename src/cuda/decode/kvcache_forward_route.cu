@@ -9,6 +9,7 @@
 #include "cuda/decode/append_kernel.cuh"
 #include "cuda/decode/decode_args.h"
 #include "cuda/forward_kernels.h"
+#include "cuda/sm90/tile_config_sm90.h"
 
 namespace tileattn::cuda::decode {
 namespace {
@@ -23,9 +24,6 @@ constexpr int kRouteMinGroupRows = 64;
 // CUDA graphs (session 64): 16 rows 71 us against the decode kernels' 51, 32 rows 71 against 86,
 // 64 rows 73 against 173, 512 rows 304 against 1371; the crossover between 16 and 32 rows.
 constexpr int kRouteMinSeqlenQBoxes = 32;
-// block_n at d64 and d128.  d256's 64-key blocks are whole in pages of 64 or 192 as well; those
-// take the higher threshold too (not measured).
-constexpr int kWholeBlockPages = 128;
 
 constexpr int kLengthThreads = 256;
 constexpr uint16_t kNan16 = 0x7fff;  // NaN in both float16 and bfloat16
@@ -139,7 +137,10 @@ bool forward_route_taken(const KvCacheParams& p) {
   if (choice == 2) return false;
   // The rows first: a decode step (auto, a few rows) never asks which forward family would serve.
   const int64_t group_rows = static_cast<int64_t>(p.fwd.num_heads / p.fwd.num_heads_k) * p.fwd.seqlen_q;
-  const bool boxes = p.block_table != nullptr && p.page_size % kWholeBlockPages != 0;
+  // Pages read box by box: those not holding whole key blocks of the head dim's tiles (128 keys at
+  // d64 and d128, 64 at d256; launch_sm90.h's page_box_rows decides the same for the kernel run).
+  const int block_n = sm90::sm90_tile_config(sm90::sm90_head_dim_bucket(p.fwd.head_dim)).block_n;
+  const bool boxes = p.block_table != nullptr && p.page_size % block_n != 0;
   const int min_seqlen_q = boxes ? kRouteMinSeqlenQBoxes : kRouteMinSeqlenQ;
   if (choice == 0 && (p.fwd.seqlen_q < min_seqlen_q || group_rows < kRouteMinGroupRows)) return false;
   return forward_route_possible(p);

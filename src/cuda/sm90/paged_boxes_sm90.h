@@ -45,21 +45,15 @@ template <typename Element>
 void encode_page_box_map(CUtensorMap* map, const void* pages, int head_dim, int page_size,
                                 int heads_k, int num_blocks, int64_t row_stride, int64_t head_stride,
                                 int64_t page_stride, int box_rows, const char* argument) {
-  const TensorMapEncoder encode = tensor_map_encoder();
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(page_size),
                               static_cast<cuuint64_t>(heads_k), static_cast<cuuint64_t>(num_blocks)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride) * 2, static_cast<cuuint64_t>(head_stride) * 2,
-                                 static_cast<cuuint64_t>(page_stride) * 2};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUtensorMapDataType type = std::is_same_v<Element, cutlass::bfloat16_t> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   // The route asked sm90_forward_serves first, whose TMA rules (16-byte base and strides) are the
   // ones the driver checks here, so a refusal is the library's fault, not the caller's.
-  if (encode == nullptr ||
-      encode(map, type, 4, const_cast<void*>(pages), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
-          CUDA_SUCCESS) {
+  if (!encode_swizzled_map_4d(map, type, pages, dims, {row_stride, head_stride, page_stride}, box,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_128B)) {
     throw Error(ErrorCode::kInternal, argument, "sm90 forward: the driver refused the pages' TMA tensor map");
   }
 }
