@@ -8,6 +8,7 @@
 #include "common/fast_divisor.h"
 #include "common/host_device.h"
 #include "common/kvcache.h"
+#include "common/packed_rows.h"
 #include "cuda/decode/decode_shape.h"
 #include "tileattn/tileattn.h"
 
@@ -103,7 +104,7 @@ struct QuerySlots {
 TILEATTN_HOST_DEVICE QuerySlots query_slots(const tileattn_fwd_params& f, int b) {
   if (f.cu_seqlens_q == nullptr) return QuerySlots{b, 0, 0};
   const int64_t q0 = f.cu_seqlens_q[b], q1 = f.cu_seqlens_q[b + 1];
-  const bool ok = q0 >= 0 && q1 >= q0 && q1 <= f.total_q && q1 - q0 <= f.seqlen_q;
+  const bool ok = packed_rows_in_bounds(f.cu_seqlens_q, b, f.total_q, f.seqlen_q);
   const int first_live = ok ? static_cast<int>(f.seqlen_q - (q1 - q0)) : f.seqlen_q;
   return QuerySlots{0, q0 - first_live, first_live};
 }

@@ -12,6 +12,7 @@
 
 #include <cute/tensor.hpp>
 
+#include "common/packed_rows.h"
 #include "common/sequence.h"
 #include "cuda/launch_api.h"
 
@@ -61,9 +62,8 @@ template <typename Traits>
 __device__ __forceinline__ bool sm90_sequence_in_bounds(const ForwardParams& p, int b) {
   if constexpr (Traits::kSeqBounds) {
     if (p.cu_seqlens_q != nullptr && p.cu_seqlens_k == nullptr) {
-      const int64_t q0 = p.cu_seqlens_q[b], q1 = p.cu_seqlens_q[b + 1];
       const int keys = p.seqused_k[b];
-      return q0 >= 0 && q1 >= q0 && q1 <= p.total_q && q1 - q0 <= p.seqlen_q && keys >= 0 && keys <= p.seqlen_k;
+      return packed_rows_in_bounds(p.cu_seqlens_q, b, p.total_q, p.seqlen_q) && keys >= 0 && keys <= p.seqlen_k;
     }
   }
   return sequence_in_bounds(p, b);
