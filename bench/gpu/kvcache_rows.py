@@ -13,16 +13,19 @@ choice is read when a call is captured:
                 library's choice of kernels (TILEATTN_KVCACHE_FORWARD=auto)
   decode, route the same call forced onto the decode kernels (=off) or the forward kernels (=on)
   kvcache-p16   the same memory as pages of 16 in a random order, the library's choice (the forward
-                reads them box by box from kRouteMinSeqlenQBoxes rows, kvcache_forward_route.cu)
+                reads them box by box from 16 rows a sequence, kvcache_forward_route.cu)
   p16-decode, p16-route  the same call forced onto the decode kernels or the forward (where the
-                rule for pages read box by box crosses over)
+                rule's threshold for pages read box by box crosses over)
   kvcache-p256  pages of 256 (on compute capability 9.0 the forward reads them in place)
   forward       tileattn.flash_attn_func(q, k_cache, v_cache) on the same data (the sm90 forward)
   cudnn, flash  SDPA's backends, non-causal only (enable_gqa; their causal mask is top-left)
+With --rotary every kvcache column passes rotary tables (rotary_dim = d, not interleaved: q rotated
+at cache_seqlens, + i when causal), which the decode kernels apply as they load q and the route by a
+kernel that writes a rotated copy of q first; forward, cudnn and flash stay unrotated.
 TFLOP/s by FA's formula, 4 B H Sq L d, halved when causal (for Sq << L the causal call does
 almost the non-causal work, so its TFLOP/s reads low; the times are what to compare).
 
-    python3 bench/gpu/kvcache_rows.py [--batch 4] [--length 4096] [--rows 1 2 4 8 16 32 64 128 512 1024]
+    python3 bench/gpu/kvcache_rows.py [--batch 4] [--length 4096] [--rows 1 2 4 8 16 32 64 128 512 1024] [--rotary]
 """
 import argparse
 import datetime
@@ -47,10 +50,15 @@ def with_route(call, value):
     return run
 
 
-def columns(q, k_cache, v_cache, causal):
+def columns(q, k_cache, v_cache, causal, rotary):
     """name -> zero-argument call."""
     batch, length = k_cache.shape[:2]
     seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
+    extra = {}
+    if rotary:
+        positions = length + q.shape[1]  # the last query row's position when causal
+        angles = torch.rand(positions, DIM // 2, device="cuda") * 6.28
+        extra = dict(rotary_cos=angles.cos().to(q.dtype), rotary_sin=angles.sin().to(q.dtype))
 
     def paged(page):
         """The same memory as pages of `page` rows in a random order."""
@@ -59,9 +67,9 @@ def columns(q, k_cache, v_cache, causal):
         v_pages = v_cache.view(blocks, page, HEADS_K, DIM)
         table = torch.randperm(blocks, device="cuda", dtype=torch.int32).view(batch, length // page)
         return lambda: tileattn.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=seqlens,
-                                                        block_table=table, causal=causal)
+                                                        block_table=table, causal=causal, **extra)
     def contiguous():
-        return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, causal=causal)
+        return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, causal=causal, **extra)
 
     fns = {
         "kvcache": with_route(contiguous, "auto"),
@@ -89,9 +97,11 @@ def main():
     ap.add_argument("--length", type=int, default=4096)
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 512, 1024])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rotary", action="store_true", help="rotary tables on the kvcache columns")
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}, {datetime.date.today().isoformat()}, torch {torch.__version__}, tileattn {tileattn.library_path()}, "
-          f"commit {timing.git_commit()}; B {args.batch}, L {args.length}, {HEADS}/{HEADS_K} heads, d {DIM}, bf16")
+          f"commit {timing.git_commit()}; B {args.batch}, L {args.length}, {HEADS}/{HEADS_K} heads, d {DIM}, bf16"
+          + (", rotary on the kvcache columns" if args.rotary else ""))
     names = ["kvcache", "decode", "route", "kvcache-p16", "p16-decode", "p16-route", "kvcache-p256", "forward", "cudnn", "flash"]
     print(f"{'causal':>6} {'Sq':>5} | " + " ".join(f"{n:>14}" for n in names) + "   (us | TFLOP/s)")
     shape = (args.batch, args.length, HEADS_K, DIM)
@@ -100,7 +110,7 @@ def main():
     for causal in (False, True):
         for rows in args.rows:
             q = torch.randn(args.batch, rows, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
-            fns = columns(q, k_cache, v_cache, causal)
+            fns = columns(q, k_cache, v_cache, causal, args.rotary)
             graphs = {name: capture([fn]) for name, fn in fns.items()}
             times = interleaved_ms(graphs, rounds=args.rounds)
             del graphs

@@ -36,7 +36,7 @@ CASES = {
     "paged128_d256_rows32": (dict(heads=8, heads_k=2, dim=256, seqlen_new=16, seqlen_q=32, causal=True,
                                   page_size=128), 512),
     "paged16_rows64": (dict(heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=64, page_size=16), 512),
-    # The box path's threshold under auto (kRouteMinSeqlenQBoxes), causal over a ragged cache.
+    # Pages read box by box, causal over a ragged cache.
     "paged16_rows32_causal": (dict(heads=16, heads_k=4, dim=128, seqlen_new=8, seqlen_q=32, causal=True,
                                    page_size=16), 512),
     # Boxes of 16 rows, 8 a key block; 7 query heads a KV head; the new tokens appended into pages.
@@ -155,17 +155,17 @@ def test_pages_take_the_route(case, monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="pages on the forward route: the sm90 forward family")
-def test_few_rows_over_small_pages_stay_on_the_decode_kernels(monkeypatch):
-    """Pages of 16 come into the forward box by box, which pays from 32 rows a sequence (the rule
-    in kvcache_forward_route.cu): under auto 16 rows over them stay on the decode kernels, and over
-    a contiguous cache they take the forward."""
+def test_route_threshold_over_small_pages_and_contiguous(monkeypatch):
+    """Under auto the forward takes a call from 16 rows a sequence (and 64 a KV group: the rule in
+    kvcache_forward_route.cu), over pages of 16, which it reads box by box, as over a contiguous
+    cache; 15 rows stay on the decode kernels."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
-    for page, routed in ((16, False), (0, True)):
-        opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=16, page_size=page)
+    for page, rows, routed in ((16, 15, False), (16, 16, True), (0, 15, False), (0, 16, True)):
+        opts = dict(DEFAULTS, heads=20, heads_k=4, dim=128, seqlen_new=0, seqlen_q=rows, page_size=page)
         args, slot, first = make_problem(opts, torch.bfloat16, "cuda")
         result = []
         names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
-        assert any("route_lengths_kernel" in name for name in names) == routed, (page, names)
+        assert any("route_lengths_kernel" in name for name in names) == routed, (page, rows, names)
         check_against_reference(opts, torch.bfloat16, args, slot, first, *result[0])
 
 

@@ -110,8 +110,7 @@ def test_which_paged_calls_take_the_kvcache_kernels(device, monkeypatch, no_plan
     limit = _paged_varlen_kvcache.ROW_LIMIT
     assert call(1) and call(limit // 4) and call(limit, heads=2)
     # Past the limit, on Hopper the library takes the call too and picks its kernels: the forward
-    # from 16 rows a sequence (32 over pages of 16; test_varlen_paged_prefill.py); elsewhere the
-    # pages are gathered.
+    # from 16 rows a sequence (test_varlen_paged_prefill.py); elsewhere the pages are gathered.
     hopper = _paged_varlen_kvcache.forward_route_exists(pages)
     assert call(limit // 4 + 1) == hopper
     assert call(limit + 1, heads=2) == hopper

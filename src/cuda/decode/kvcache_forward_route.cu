@@ -2,28 +2,22 @@
 // (kvcache_forward_route.h says why).
 #include "cuda/decode/kvcache_forward_route.h"
 
-#include <algorithm>
-
 #include "common/env_choice.h"
 #include "cuda/check.h"
 #include "cuda/decode/append_kernel.cuh"
 #include "cuda/decode/decode_args.h"
 #include "cuda/forward_kernels.h"
-#include "cuda/sm90/tile_config_sm90.h"
 
 namespace tileattn::cuda::decode {
 namespace {
 
 // Measured on an H100 (kvcache_forward_route.h): the forward 1.35x the decode kernels at 16 rows a
-// sequence (64 a KV group of 4), behind them at one row.
+// sequence (64 a KV group of 4), behind them at one row.  Pages read box by box
+// (sm90/paged_boxes_sm90.h) cross over at the same 16 rows since a warp's lanes issue a block's
+// boxes side by side (H100, 4 x 4k keys, 32/8 heads, CUDA graphs, session 65; pages of 16): 16 rows
+// 48-52 us against the decode kernels' 50-51, 24 rows 49 against 96, 8 rows 48 against 37.
 constexpr int kRouteMinSeqlenQ = 16;
 constexpr int kRouteMinGroupRows = 64;
-// Pages that do not hold whole 128-key blocks come box by box (sm90/paged_boxes_sm90.h), two
-// threads issuing 8 boxes x 2 loads a block between them at d128 for pages of 16: the producer,
-// not the products, sets the pace, ~71 us however few the rows.  H100, 4 x 4k keys, 32/8 heads,
-// CUDA graphs (session 64): 16 rows 71 us against the decode kernels' 51, 32 rows 71 against 86,
-// 64 rows 73 against 173, 512 rows 304 against 1371; the crossover between 16 and 32 rows.
-constexpr int kRouteMinSeqlenQBoxes = 32;
 
 constexpr int kLengthThreads = 256;
 constexpr uint16_t kNan16 = 0x7fff;  // NaN in both float16 and bfloat16
@@ -67,34 +61,43 @@ __global__ void __launch_bounds__(kLengthThreads) route_lengths_kernel(const til
 }
 
 constexpr int kRotateThreads = 256;
-constexpr int kRotateSlots = 4;  // query slots a CTA: 4 x 32 heads x d128 = 64 elements a thread
+// Elements a thread a pass, every load of a pass issued before its first store (append_token's
+// reason): one memory round trip a pass, 2 passes for a row of 32 heads x d128.  The first version
+// walked a CTA's 4 slots one element at a time, each store after its loads, and took ~60 us at
+// 4 sequences x 16 rows (H100, session 65), twice the decode kernels' whole call.
+constexpr int kRotateBatch = 8;
 
-// q's rows of call p rotated into q_rotated, laid out as q is (batch form or packed rows) with
-// dense strides: slot i of sequence b at position cache_seqlens[b] + i when causal or windowed,
-// else cache_seqlens[b] (common/kvcache.h's rotary_positions_past_cache), in the split kernel's
-// float math (append_kernel.cuh's rotated), rounded to T as the split kernel rounds its rotated
-// rows for the mma.  A sequence the lengths kernel refused (-1: its rotary positions may lie past
-// the tables) is skipped, as the forward skips it.
+// Grid (seqlen_q, batch): CTA (slot, b) writes query slot `slot` of sequence b rotated into
+// q_rotated, laid out as q is (batch form or packed rows) with dense strides, at position
+// cache_seqlens[b] + slot when causal or windowed, else cache_seqlens[b] (common/kvcache.h's
+// rotary_positions_past_cache), in the split kernel's float math (append_kernel.cuh's rotated),
+// rounded to T as the split kernel rounds its rotated rows for the mma.  A sequence the lengths
+// kernel refused (-1: its rotary positions may lie past the tables) is skipped, as the forward
+// skips it, and so are the slots of packed rows that hold no row.
 template <typename T>
 __global__ void __launch_bounds__(kRotateThreads) route_rotate_q_kernel(const tileattn_kvcache_params p,
                                                                         const int32_t* lengths, T* q_rotated) {
-  const int b = blockIdx.x;
+  const int slot = blockIdx.x, b = blockIdx.y;
   if (lengths[b] < 0) return;
   const tileattn_fwd_params& f = p.fwd;
   const QuerySlots slots = query_slots(f, b);
-  const int64_t cache_seqlen = sequence_keys(p, b).seqlen;
+  if (!slots.live(slot)) return;
   const bool per_row_position = f.window_left >= 0 || f.window_right >= 0;
-  const int64_t row_elems = static_cast<int64_t>(f.num_heads) * f.head_dim;
-  for (int first_slot = blockIdx.y * kRotateSlots; first_slot < f.seqlen_q; first_slot += gridDim.y * kRotateSlots) {
-    const int slots_here = min(kRotateSlots, f.seqlen_q - first_slot);
-    for (int64_t e = threadIdx.x; e < slots_here * row_elems; e += kRotateThreads) {
-      const int slot = first_slot + static_cast<int>(e / row_elems);
-      if (!slots.live(slot)) continue;
-      const int h = static_cast<int>(e % row_elems / f.head_dim), d = static_cast<int>(e % f.head_dim);
-      const T* row = static_cast<const T*>(f.q) + slots.offset(slot, h, f.q_batch_stride, f.q_row_stride, f.q_head_stride);
-      const int64_t position = cache_seqlen + (per_row_position ? slot : 0);
-      const int64_t at = slots.offset(slot, h, f.seqlen_q * row_elems, row_elems, f.head_dim) + d;
-      q_rotated[at] = from_float<T>(rotated(load_rotary_inputs(p, row, d, position)));
+  const int64_t position = sequence_keys(p, b).seqlen + (per_row_position ? slot : 0);
+  const int row_elems = f.num_heads * f.head_dim;
+  const T* row = static_cast<const T*>(f.q) + slots.offset(slot, 0, f.q_batch_stride, f.q_row_stride, 0);
+  T* out = q_rotated + slots.offset(slot, 0, static_cast<int64_t>(f.seqlen_q) * row_elems, row_elems, 0);
+  for (int e0 = threadIdx.x; e0 < row_elems; e0 += kRotateBatch * kRotateThreads) {
+    RotaryInputs<T> in[kRotateBatch];
+#pragma unroll
+    for (int u = 0; u < kRotateBatch; ++u) {
+      const int e = e0 + u * kRotateThreads;
+      if (e < row_elems) in[u] = load_rotary_inputs(p, row + (e / f.head_dim) * f.q_head_stride, e % f.head_dim, position);
+    }
+#pragma unroll
+    for (int u = 0; u < kRotateBatch; ++u) {
+      const int e = e0 + u * kRotateThreads;
+      if (e < row_elems) out[e] = from_float<T>(rotated(in[u]));
     }
   }
 }
@@ -137,12 +140,7 @@ bool forward_route_taken(const KvCacheParams& p) {
   if (choice == 2) return false;
   // The rows first: a decode step (auto, a few rows) never asks which forward family would serve.
   const int64_t group_rows = static_cast<int64_t>(p.fwd.num_heads / p.fwd.num_heads_k) * p.fwd.seqlen_q;
-  // Pages read box by box: those not holding whole key blocks of the head dim's tiles (128 keys at
-  // d64 and d128, 64 at d256; launch_sm90.h's page_box_rows decides the same for the kernel run).
-  const int block_n = sm90::sm90_tile_config(sm90::sm90_head_dim_bucket(p.fwd.head_dim)).block_n;
-  const bool boxes = p.block_table != nullptr && p.page_size % block_n != 0;
-  const int min_seqlen_q = boxes ? kRouteMinSeqlenQBoxes : kRouteMinSeqlenQ;
-  if (choice == 0 && (p.fwd.seqlen_q < min_seqlen_q || group_rows < kRouteMinGroupRows)) return false;
+  if (choice == 0 && (p.fwd.seqlen_q < kRouteMinSeqlenQ || group_rows < kRouteMinGroupRows)) return false;
   return forward_route_possible(p);
 }
 
@@ -167,8 +165,7 @@ void launch_route_lengths(const KvCacheParams& p, int32_t* lengths, cudaStream_t
 }
 
 void launch_route_rotate_q(const KvCacheParams& p, const int32_t* lengths, void* q_rotated, cudaStream_t stream) {
-  const int chunks = (p.fwd.seqlen_q + kRotateSlots - 1) / kRotateSlots;
-  const dim3 grid(p.fwd.batch, std::max(1, std::min(chunks, 65535)));
+  const dim3 grid(p.fwd.seqlen_q, p.fwd.batch);  // batch <= 65535: device_checks.h
   if (p.fwd.dtype == TILEATTN_FLOAT16) {
     route_rotate_q_kernel<__half><<<grid, kRotateThreads, 0, stream>>>(p, lengths, static_cast<__half*>(q_rotated));
   } else {

@@ -30,7 +30,7 @@ bool forward_route_possible(const KvCacheParams& p);
 
 // Whether this call takes them: TILEATTN_KVCACHE_FORWARD = auto (default) | on | off, read on every
 // call; `on` takes every call they can serve, `auto` those with at least kRouteMinSeqlenQ query rows
-// a sequence (kRouteMinSeqlenQBoxes on pages read box by box) and kRouteMinGroupRows a KV group.
+// a sequence and kRouteMinGroupRows a KV group.
 bool forward_route_taken(const KvCacheParams& p);
 
 // Workspace the route needs, 0 where it is not possible: the key counts (one int32 a sequence,
