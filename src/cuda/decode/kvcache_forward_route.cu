@@ -61,10 +61,14 @@ __global__ void __launch_bounds__(kLengthThreads) route_lengths_kernel(const til
 }
 
 constexpr int kRotateThreads = 256;
-// Elements a thread a pass, every load of a pass issued before its first store (append_token's
-// reason): one memory round trip a pass, 2 passes for a row of 32 heads x d128.  The first version
-// walked a CTA's 4 slots one element at a time, each store after its loads, and took ~60 us at
-// 4 sequences x 16 rows (H100, session 65), twice the decode kernels' whole call.
+// Work items a thread a pass, every load of a pass issued before its first store (append_token's
+// reason): one memory round trip a pass, one pass for a row of 32 heads x d128 (2048 rotary pairs).
+// An item is one rotary pair, read and written as x[a] and x[b] with one cos and one sin, or one
+// dimension past rotary_dim copied.  H100, 4 sequences x 32 heads x d128 (session 65): the first
+// version, 4 slots a CTA walked an element at a time with each store after its loads, took ~60 us
+// at 16 rows, twice the decode kernels' whole call; an element a thread with 8 in flight left
+// ~40 us over the bare route at 512 rows, a cos, a sin and both halves of the pair loaded per
+// element.
 constexpr int kRotateBatch = 8;
 
 // Grid (seqlen_q, batch): CTA (slot, b) writes query slot `slot` of sequence b rotated into
@@ -84,20 +88,46 @@ __global__ void __launch_bounds__(kRotateThreads) route_rotate_q_kernel(const ti
   if (!slots.live(slot)) return;
   const bool per_row_position = f.window_left >= 0 || f.window_right >= 0;
   const int64_t position = sequence_keys(p, b).seqlen + (per_row_position ? slot : 0);
+  const int pairs = p.rotary_dim / 2;
+  const int items_per_head = f.head_dim - pairs;  // the pairs, then head_dim - rotary_dim copies
+  const int items = f.num_heads * items_per_head;
   const int row_elems = f.num_heads * f.head_dim;
   const T* row = static_cast<const T*>(f.q) + slots.offset(slot, 0, f.q_batch_stride, f.q_row_stride, 0);
   T* out = q_rotated + slots.offset(slot, 0, static_cast<int64_t>(f.seqlen_q) * row_elems, row_elems, 0);
-  for (int e0 = threadIdx.x; e0 < row_elems; e0 += kRotateBatch * kRotateThreads) {
+  for (int i0 = threadIdx.x; i0 < items; i0 += kRotateBatch * kRotateThreads) {
     RotaryInputs<T> in[kRotateBatch];
+    int at_a[kRotateBatch], at_b[kRotateBatch];  // the item's elements in the output row; at_b -1 for a copy
 #pragma unroll
     for (int u = 0; u < kRotateBatch; ++u) {
-      const int e = e0 + u * kRotateThreads;
-      if (e < row_elems) in[u] = load_rotary_inputs(p, row + (e / f.head_dim) * f.q_head_stride, e % f.head_dim, position);
+      const int i = i0 + u * kRotateThreads;
+      if (i >= items) continue;
+      const int h = i / items_per_head, k = i % items_per_head;
+      const T* x = row + h * f.q_head_stride;
+      in[u].rotated = k < pairs;
+      in[u].first = true;
+      if (in[u].rotated) {
+        const int2 pair = rotary_pair(p, k);
+        const int64_t at = rotary_at(p, position, k);
+        in[u].xa = x[pair.x];
+        in[u].xb = x[pair.y];
+        in[u].c = static_cast<const T*>(p.rotary_cos)[at];
+        in[u].s = static_cast<const T*>(p.rotary_sin)[at];
+        at_a[u] = h * f.head_dim + pair.x;
+        at_b[u] = h * f.head_dim + pair.y;
+      } else {
+        in[u].xa = x[k + pairs];  // dimension rotary_dim + (k - pairs)
+        at_a[u] = h * f.head_dim + k + pairs;
+        at_b[u] = -1;
+      }
     }
 #pragma unroll
     for (int u = 0; u < kRotateBatch; ++u) {
-      const int e = e0 + u * kRotateThreads;
-      if (e < row_elems) out[e] = from_float<T>(rotated(in[u]));
+      if (i0 + u * kRotateThreads >= items) continue;
+      out[at_a[u]] = from_float<T>(rotated(in[u]));  // x'[a], or the copy
+      if (at_b[u] >= 0) {
+        in[u].first = false;
+        out[at_b[u]] = from_float<T>(rotated(in[u]));  // x'[b]
+      }
     }
   }
 }
