@@ -3,8 +3,9 @@ through flash_attn_with_kvcache's library call.
 
 On compute capability 9.0 the library runs that call with many query rows on its forward kernels,
 which read the pages in place (src/cuda/decode/kvcache_forward_route.h; its rule: from 16 rows a
-sequence and 64 a KV group), and with few on the decode kernels, where the gather (_paged_varlen.py) would copy every visible key first: there every call that wants
-no gradient goes to the library, which alone decides between its kernels (forward_route_exists).
+sequence and 48 a KV group), and with few on the decode kernels, where the gather (_paged_varlen.py)
+would copy every visible key first: there every call that wants no gradient goes to the library,
+which alone decides between its kernels (forward_route_exists).
 
 A serving engine batches decode steps (one query row a sequence, or a few speculative ones) as a
 paged varlen call.  That is the call flash_attn_with_kvcache's kernels are built for: they read K

@@ -156,16 +156,19 @@ def test_pages_take_the_route(case, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="pages on the forward route: the sm90 forward family")
 def test_route_threshold_over_small_pages_and_contiguous(monkeypatch):
-    """Under auto the forward takes a call from 16 rows a sequence (and 64 a KV group: the rule in
+    """Under auto the forward takes a call from 16 rows a sequence and 48 a KV group (the rule in
     kvcache_forward_route.cu), over pages of 16, which it reads box by box, as over a contiguous
-    cache; 15 rows stay on the decode kernels."""
+    cache: with 5 query heads a KV head 15 rows stay on the decode kernels and 16 go, with 2 heads
+    16 rows (32 a group) stay and 24 (48) go."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
-    for page, rows, routed in ((16, 15, False), (16, 16, True), (0, 15, False), (0, 16, True)):
-        opts = dict(DEFAULTS, heads=20, heads_k=4, dim=128, seqlen_new=0, seqlen_q=rows, page_size=page)
+    cases = [(page, heads, rows, routed) for page in (16, 0)
+             for heads, rows, routed in ((20, 15, False), (20, 16, True), (8, 16, False), (8, 24, True))]
+    for page, heads, rows, routed in cases:
+        opts = dict(DEFAULTS, heads=heads, heads_k=4, dim=128, seqlen_new=0, seqlen_q=rows, page_size=page)
         args, slot, first = make_problem(opts, torch.bfloat16, "cuda")
         result = []
         names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
-        assert any("route_lengths_kernel" in name for name in names) == routed, (page, rows, names)
+        assert any("route_lengths_kernel" in name for name in names) == routed, (page, heads, rows, names)
         check_against_reference(opts, torch.bfloat16, args, slot, first, *result[0])
 
 

@@ -17,7 +17,12 @@ namespace {
 // boxes side by side (H100, 4 x 4k keys, 32/8 heads, CUDA graphs, session 65; pages of 16): 16 rows
 // 48-52 us against the decode kernels' 50-51, 24 rows 49 against 96, 8 rows 48 against 37.
 constexpr int kRouteMinSeqlenQ = 16;
-constexpr int kRouteMinGroupRows = 64;
+// The decode kernels give every 16 rows of a KV group a CTA that streams the whole cache, so their
+// time steps with the group's 16-row chunks while the forward's holds near its floor: at 2 query
+// heads a KV head (H100, 4 x 4k keys, 16/8 heads, d128, session 65) 16 rows a sequence (2 chunks)
+// took 35 us against the forward's 41, 24 rows (3 chunks) 53-54 against 41; with 4 heads 16 rows
+// (4 chunks) 50-51 against 39-40.  From three chunks, then.
+constexpr int kRouteMinGroupRows = 48;
 
 constexpr int kLengthThreads = 256;
 constexpr uint16_t kNan16 = 0x7fff;  // NaN in both float16 and bfloat16
