@@ -27,13 +27,18 @@ TILEATTN_HOST_DEVICE int64_t cache_end_key(const tileattn_kvcache_params& p, int
   return static_cast<int64_t>(p.cache_seqlens[b]) + (p.k_new ? p.seqlen_new : 0);
 }
 
+// Whether q's rows take rotary positions of their own, cache_seqlens[b] + i (causal or windowed
+// calls), rather than all taking cache_seqlens[b] (tileattn.h).
+TILEATTN_HOST_DEVICE bool rotary_position_per_row(const tileattn_fwd_params& f) {
+  return f.window_left >= 0 || f.window_right >= 0;
+}
+
 // Rotary positions a call reads past cache_seqlens[b]: the new keys' i < seqlen_new (when k_new is
 // given), and q's rows i < seqlen_q when causal or windowed, else the one position cache_seqlens[b]
 // that all of q's rows take (tileattn.h).  Sequence b needs rotary_seqlen >= cache_seqlens[b] + this.
 TILEATTN_HOST_DEVICE int rotary_positions_past_cache(const tileattn_kvcache_params& p) {
   const int new_keys = p.k_new ? p.seqlen_new : 0;
-  const bool per_row_position = p.fwd.window_left >= 0 || p.fwd.window_right >= 0;
-  const int query_positions = per_row_position || p.fwd.seqlen_q == 0 ? p.fwd.seqlen_q : 1;
+  const int query_positions = rotary_position_per_row(p.fwd) || p.fwd.seqlen_q == 0 ? p.fwd.seqlen_q : 1;
   return new_keys > query_positions ? new_keys : query_positions;
 }
 

@@ -209,7 +209,7 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
 
   // q as float32 rows (B * Sq, H, D), rotated at cache_seqlens + i when causal or windowed (each
   // row its own position), else all at cache_seqlens.
-  const bool per_row_position = f.window_left >= 0 || f.window_right >= 0;
+  const bool per_row_position = rotary_position_per_row(f);
   thread_local KvCacheScratch scratch;
   struct ReleaseLarge {  // also when the forward throws
     KvCacheScratch& s;

@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kRotateThreads) route_rotate_q_kernel(const ti
   const tileattn_fwd_params& f = p.fwd;
   const QuerySlots slots = query_slots(f, b);
   if (!slots.live(slot)) return;
-  const bool per_row_position = f.window_left >= 0 || f.window_right >= 0;
+  const bool per_row_position = rotary_position_per_row(f);
   const int64_t position = sequence_keys(p, b).seqlen + (per_row_position ? slot : 0);
   const int pairs = p.rotary_dim / 2;
   const int items_per_head = f.head_dim - pairs;  // the pairs, then head_dim - rotary_dim copies

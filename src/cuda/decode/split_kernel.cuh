@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, split_ctas_per_sm<T, kD, kTma>())
     __syncthreads();
   }
   if (p.rotary_cos != nullptr && seq.ok) {
-    const bool per_row_position = f.window_left >= 0 || f.window_right >= 0;
+    const bool per_row_position = rotary_position_per_row(f);
     const int half = p.rotary_dim / 2;
 #pragma unroll 4
     for (int e = threadIdx.x; e < rows_here * half; e += kThreads) {
