@@ -54,6 +54,11 @@ CASES = {
                                           interleaved=False, page_size=16), 512),
     "rotary_window_batch_idx_d256": (dict(heads=8, heads_k=2, dim=256, seqlen_new=16, seqlen_q=32, window=(50, 0),
                                           rotary_dim=64, batch_idx=True), 512),
+    # The route's rotation through 16-byte vectors needs rotary_dim a multiple of 8 interleaved (40:
+    # 5 items of 4 pairs a head) and of 16 in halves; 24 in halves takes the element-wise kernel.
+    "rotary_dim40_interleaved": (dict(heads=8, heads_k=2, dim=128, seqlen_new=8, seqlen_q=24, rotary_dim=40), 512),
+    "rotary_dim24_halves": (dict(heads=8, heads_k=2, dim=128, seqlen_new=8, seqlen_q=24, rotary_dim=24,
+                                 interleaved=False, causal=True), 512),
 }
 
 
@@ -71,7 +76,8 @@ def test_kvcache_many_rows(case, dtype, device):
 @pytest.mark.parametrize("route", ["on", "off"])
 @pytest.mark.parametrize("case", ["append64_causal_gqa4", "rows127_window_softcap_alibi",
                                   "paged256_batch_idx_append64", "paged48_gqa7_append64",
-                                  "rotary_halves_rows40_paged16", "rotary_window_batch_idx_d256"])
+                                  "rotary_halves_rows40_paged16", "rotary_window_batch_idx_d256",
+                                  "rotary_dim40_interleaved", "rotary_dim24_halves"])
 def test_both_kernel_paths(case, route, monkeypatch):
     """The same calls forced onto the forward kernels and onto the decode kernels."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", route)

@@ -1,10 +1,9 @@
-// KV-cache calls on the forward kernels: the route's rules, its lengths kernel and its rotary q kernel
+// KV-cache calls on the forward kernels: the route's rules and its lengths kernel
 // (kvcache_forward_route.h says why).
 #include "cuda/decode/kvcache_forward_route.h"
 
 #include "common/env_choice.h"
 #include "cuda/check.h"
-#include "cuda/decode/append_kernel.cuh"
 #include "cuda/decode/decode_args.h"
 #include "cuda/forward_kernels.h"
 
@@ -62,78 +61,6 @@ __global__ void __launch_bounds__(kLengthThreads) route_lengths_kernel(const til
   for (int64_t i = threadIdx.x; i < static_cast<int64_t>(live) * f.num_heads; i += kLengthThreads) {
     const int slot = slots.first_live + static_cast<int>(i % live), h = static_cast<int>(i / live);
     f.softmax_lse[slots.lse_offset(f, slot, h)] = __int_as_float(0x7fffffff);
-  }
-}
-
-constexpr int kRotateThreads = 256;
-// Work items a thread a pass, every load of a pass issued before its first store (append_token's
-// reason): one memory round trip a pass, one pass for a row of 32 heads x d128 (2048 rotary pairs).
-// An item is one rotary pair, read and written as x[a] and x[b] with one cos and one sin, or one
-// dimension past rotary_dim copied.  H100, 4 sequences x 32 heads x d128 (session 65): the first
-// version, 4 slots a CTA walked an element at a time with each store after its loads, took ~60 us
-// at 16 rows, twice the decode kernels' whole call; an element a thread with 8 in flight left
-// ~40 us over the bare route at 512 rows, a cos, a sin and both halves of the pair loaded per
-// element.
-constexpr int kRotateBatch = 8;
-
-// Grid (seqlen_q, batch): CTA (slot, b) writes query slot `slot` of sequence b rotated into
-// q_rotated, laid out as q is (batch form or packed rows) with dense strides, at position
-// cache_seqlens[b] + slot when causal or windowed, else cache_seqlens[b] (common/kvcache.h's
-// rotary_positions_past_cache), in the split kernel's float math (append_kernel.cuh's rotated),
-// rounded to T as the split kernel rounds its rotated rows for the mma.  A sequence the lengths
-// kernel refused (-1: its rotary positions may lie past the tables) is skipped, as the forward
-// skips it, and so are the slots of packed rows that hold no row.
-template <typename T>
-__global__ void __launch_bounds__(kRotateThreads) route_rotate_q_kernel(const tileattn_kvcache_params p,
-                                                                        const int32_t* lengths, T* q_rotated) {
-  const int slot = blockIdx.x, b = blockIdx.y;
-  if (lengths[b] < 0) return;
-  const tileattn_fwd_params& f = p.fwd;
-  const QuerySlots slots = query_slots(f, b);
-  if (!slots.live(slot)) return;
-  const bool per_row_position = rotary_position_per_row(f);
-  const int64_t position = sequence_keys(p, b).seqlen + (per_row_position ? slot : 0);
-  const int pairs = p.rotary_dim / 2;
-  const int items_per_head = f.head_dim - pairs;  // the pairs, then head_dim - rotary_dim copies
-  const int items = f.num_heads * items_per_head;
-  const int row_elems = f.num_heads * f.head_dim;
-  const T* row = static_cast<const T*>(f.q) + slots.offset(slot, 0, f.q_batch_stride, f.q_row_stride, 0);
-  T* out = q_rotated + slots.offset(slot, 0, static_cast<int64_t>(f.seqlen_q) * row_elems, row_elems, 0);
-  for (int i0 = threadIdx.x; i0 < items; i0 += kRotateBatch * kRotateThreads) {
-    RotaryInputs<T> in[kRotateBatch];
-    int at_a[kRotateBatch], at_b[kRotateBatch];  // the item's elements in the output row; at_b -1 for a copy
-#pragma unroll
-    for (int u = 0; u < kRotateBatch; ++u) {
-      const int i = i0 + u * kRotateThreads;
-      if (i >= items) continue;
-      const int h = i / items_per_head, k = i % items_per_head;
-      const T* x = row + h * f.q_head_stride;
-      in[u].rotated = k < pairs;
-      in[u].first = true;
-      if (in[u].rotated) {
-        const int2 pair = rotary_pair(p, k);
-        const int64_t at = rotary_at(p, position, k);
-        in[u].xa = x[pair.x];
-        in[u].xb = x[pair.y];
-        in[u].c = static_cast<const T*>(p.rotary_cos)[at];
-        in[u].s = static_cast<const T*>(p.rotary_sin)[at];
-        at_a[u] = h * f.head_dim + pair.x;
-        at_b[u] = h * f.head_dim + pair.y;
-      } else {
-        in[u].xa = x[k + pairs];  // dimension rotary_dim + (k - pairs)
-        at_a[u] = h * f.head_dim + k + pairs;
-        at_b[u] = -1;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kRotateBatch; ++u) {
-      if (i0 + u * kRotateThreads >= items) continue;
-      out[at_a[u]] = from_float<T>(rotated(in[u]));  // x'[a], or the copy
-      if (at_b[u] >= 0) {
-        in[u].first = false;
-        out[at_b[u]] = from_float<T>(rotated(in[u]));  // x'[b]
-      }
-    }
   }
 }
 
@@ -197,17 +124,6 @@ int64_t forward_route_workspace_bytes(const KvCacheParams& p) {
 void launch_route_lengths(const KvCacheParams& p, int32_t* lengths, cudaStream_t stream) {
   route_lengths_kernel<<<p.fwd.batch, kLengthThreads, 0, stream>>>(p, lengths);
   check_cuda(cudaGetLastError(), "KV-cache route lengths kernel launch");
-}
-
-void launch_route_rotate_q(const KvCacheParams& p, const int32_t* lengths, void* q_rotated, cudaStream_t stream) {
-  const dim3 grid(p.fwd.seqlen_q, p.fwd.batch);  // batch <= 65535: device_checks.h
-  if (p.fwd.dtype == TILEATTN_FLOAT16) {
-    route_rotate_q_kernel<__half><<<grid, kRotateThreads, 0, stream>>>(p, lengths, static_cast<__half*>(q_rotated));
-  } else {
-    route_rotate_q_kernel<__nv_bfloat16>
-        <<<grid, kRotateThreads, 0, stream>>>(p, lengths, static_cast<__nv_bfloat16*>(q_rotated));
-  }
-  check_cuda(cudaGetLastError(), "KV-cache route rotary kernel launch");
 }
 
 ForwardParams forward_route_params(const KvCacheParams& p, const int32_t* lengths, const void* q_rotated) {
