@@ -13,6 +13,8 @@ choice is read when a call is captured:
   kvcache       tileattn.flash_attn_with_kvcache on the contiguous cache, cache_seqlens = L, the
                 library's choice of kernels (TILEATTN_KVCACHE_FORWARD=auto)
   decode, route the same call forced onto the decode kernels (=off) or the forward kernels (=on)
+  route-packed, route-unpacked  the route with each KV group's query heads packed into the forward's
+                rows or not (TILEATTN_KVCACHE_PACK_GQA = on | off; `route` takes the library's choice)
   kvcache-p16   the same memory as pages of 16 in a random order, the library's choice (the forward
                 reads them box by box from 16 rows a sequence, kvcache_forward_route.cu)
   p16-decode, p16-route  the same call forced onto the decode kernels or the forward (where the
@@ -43,10 +45,12 @@ from decode import capture, interleaved_ms  # noqa: E402 (bench/gpu/decode.py)
 
 
 
-def with_route(call, value):
-    """call() with TILEATTN_KVCACHE_FORWARD set to value (read by the library at every call)."""
+def with_route(call, value, pack="auto"):
+    """call() with TILEATTN_KVCACHE_FORWARD set to value and TILEATTN_KVCACHE_PACK_GQA to pack (read
+    by the library at every call)."""
     def run():
         os.environ["TILEATTN_KVCACHE_FORWARD"] = value
+        os.environ["TILEATTN_KVCACHE_PACK_GQA"] = pack
         return call()
     return run
 
@@ -76,6 +80,8 @@ def columns(q, k_cache, v_cache, causal, rotary):
         "kvcache": with_route(contiguous, "auto"),
         "decode": with_route(contiguous, "off"),
         "route": with_route(contiguous, "on"),
+        "route-packed": with_route(contiguous, "on", "on"),
+        "route-unpacked": with_route(contiguous, "on", "off"),
         "kvcache-p16": with_route(paged(16), "auto"),
         "p16-decode": with_route(paged(16), "off"),
         "p16-route": with_route(paged(16), "on"),
@@ -106,7 +112,7 @@ def main():
     print(f"# {torch.cuda.get_device_name()}, {datetime.date.today().isoformat()}, torch {torch.__version__}, tileattn {tileattn.library_path()}, "
           f"commit {timing.git_commit()}; B {args.batch}, L {args.length}, {args.heads}/{args.heads_k} heads, d {args.dim}, bf16"
           + (", rotary on the kvcache columns" if args.rotary else ""))
-    names = ["kvcache", "decode", "route", "kvcache-p16", "p16-decode", "p16-route", "kvcache-p256", "forward", "cudnn", "flash"]
+    names = ["kvcache", "decode", "route", "route-packed", "route-unpacked", "kvcache-p16", "p16-decode", "p16-route", "kvcache-p256", "forward", "cudnn", "flash"]
     print(f"{'causal':>6} {'Sq':>5} | " + " ".join(f"{n:>14}" for n in names) + "   (us | TFLOP/s)")
     shape = (args.batch, args.length, args.heads_k, args.dim)
     k_cache = torch.randn(shape, device="cuda", dtype=torch.bfloat16)

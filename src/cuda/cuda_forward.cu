@@ -130,8 +130,9 @@ void run_forward_kernels(const ForwardParams& p, const KvIndex& kv) {
   const FwdInstance* sm90_instance = sm90_instance_for(p, aligned);
   const FwdInstance* instance = find_instance(p.head_dim, p.dtype);
   const bool use_sm90 = sm90_instance != nullptr;
-  if (kv.num_units > 0 && !use_sm90) {
-    throw Error(ErrorCode::kInternal, "k_cache", "indexed K/V reached a forward family that cannot read them");
+  if ((kv.num_units > 0 || kv.query_heads_packed.divisor > 1) && !use_sm90) {
+    throw Error(ErrorCode::kInternal, "k_cache",
+                "indexed K/V or packed query heads reached a forward family that cannot read them");
   }
   // Transformed scores are scaled before the softmax; plain ones fold the scale into exp2.  The
   // sm90 family has a plain-scores kernel with dropout; the sm80 family runs dropout through its

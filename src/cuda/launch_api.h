@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/fast_divisor.h"
 #include "tileattn/tileattn.hpp"
 
 namespace tileattn::cuda {
@@ -14,13 +15,16 @@ namespace tileattn::cuda {
 // family's sequence-bounds kernels only: sequence b's keys are cache entry batch_idx[b] (NULL: b),
 // or, with block_table, its key row r lies in page block_table[entry * table_stride + r /
 // page_size], k/v being the (num_units, page_size, Hk, D) pages.  num_units: cache
-// entries or pages (the K/V tensors' batch extent); 0 when unused.
+// entries or pages (the K/V tensors' batch extent); 0 when unused.  query_heads_packed: divisor
+// g >= 2 when q's rows are a KV group's g query heads token by token (row r is token r / g:
+// sm90/packed_heads_sm90.h), 1 otherwise.
 struct KvIndex {
   const int32_t* batch_idx;
   const int32_t* block_table;
   int64_t table_stride;
   int page_size;
   int num_units;
+  FastDivisor query_heads_packed;
 };
 
 // Host-resolved values the kernel needs beside the params.

@@ -59,7 +59,16 @@ CASES = {
     "rotary_dim40_interleaved": (dict(heads=8, heads_k=2, dim=128, seqlen_new=8, seqlen_q=24, rotary_dim=40), 512),
     "rotary_dim24_halves": (dict(heads=8, heads_k=2, dim=128, seqlen_new=8, seqlen_q=24, rotary_dim=24,
                                  interleaved=False, causal=True), 512),
+    # Both window edges and a softcap, 60 rows: packed 4 heads a token (240 rows), the tiles' rows
+    # end inside a token's heads.
+    "rows60_two_edged_window_softcap": (dict(heads=16, heads_k=4, dim=128, seqlen_new=12, seqlen_q=60, window=(70, 3),
+                                             softcap=20.0), 512),
 }
+
+# Calls whose query heads share KV heads, without ALiBi: on compute capability 9.0 the route can
+# pack each KV group's query heads into the forward's rows (TILEATTN_KVCACHE_PACK_GQA).
+PACKABLE = [case for case, (options, _) in CASES.items()
+            if options["heads"] != options["heads_k"] and not options.get("alibi")]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -88,12 +97,66 @@ def test_both_kernel_paths(case, route, monkeypatch):
     check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
 
 
+sm90_only = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                               reason="packed heads on the forward route: the sm90 forward family")
+
+
+@sm90_only
+@pytest.mark.parametrize("case", PACKABLE)
+def test_packed_heads(case, monkeypatch):
+    """The route with each KV group's query heads packed into the forward's rows (row r of KV head h
+    is token r // g's query head g h + r % g; sm90/packed_heads_sm90.h): q copied (and rotated) in
+    that order, the masks reading a row's token, out and LSE copied back."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "on")
+    monkeypatch.setenv("TILEATTN_KVCACHE_PACK_GQA", "on")
+    options, capacity = CASES[case]
+    opts = dict(DEFAULTS, **options)
+    for dtype in (torch.bfloat16, torch.float16):
+        args, slot, first = make_problem(opts, dtype, "cuda", capacity=capacity)
+        result = []
+        names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
+        assert any("route_unpack_kernel" in name for name in names), names
+        check_against_reference(opts, dtype, args, slot, first, *result[0])
+
+
+@sm90_only
+def test_auto_packs_heads_where_the_tiles_take_fewer_rounds(monkeypatch):
+    """Under auto the route packs a call's heads when a KV group's rows fit one tile (128 rows at
+    d128) and its packed tiles need fewer rounds of the SMs: 40 sequences x 32 query heads of 16
+    rows are 1280 tiles unpacked, 320 packed; 2 sequences are 64 and 16, one round either way, and
+    stay unpacked, and so do 40 sequences of 64 rows (256 rows a group)."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
+    for batch, rows, packs in ((40, 16, True), (2, 16, False), (40, 64, False)):
+        opts = dict(DEFAULTS, heads=32, heads_k=8, dim=128, seqlen_new=0, seqlen_q=rows, causal=True)
+        lengths = torch.tensor([(37 * b) % 250 + 1 for b in range(batch)], dtype=torch.int32)
+        args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=batch, capacity=256,
+                                         cache_seqlens=lengths)
+        result = []
+        names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
+        assert any("route_lengths_kernel" in name for name in names), names
+        assert any("route_unpack_kernel" in name for name in names) == packs, (batch, rows, names)
+        check_against_reference(opts, torch.bfloat16, args, slot, first, *result[0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="read by the CUDA backend")
+def test_pack_choice_is_checked(monkeypatch):
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "on")
+    monkeypatch.setenv("TILEATTN_KVCACHE_PACK_GQA", "yes")
+    opts = dict(DEFAULTS, heads=16, heads_k=4, dim=64, seqlen_new=0, seqlen_q=32)
+    args, _, _ = make_problem(opts, torch.bfloat16, "cuda")
+    with pytest.raises(Exception, match="TILEATTN_KVCACHE_PACK_GQA must be auto, on or off"):
+        tileattn.flash_attn_with_kvcache(**args)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
+@pytest.mark.parametrize("pack", ["off", "on"])
 @pytest.mark.parametrize("seqlen_new", [0, 24])
-def test_bad_cache_seqlens_give_nan_rows(seqlen_new):
+def test_bad_cache_seqlens_give_nan_rows(seqlen_new, pack, monkeypatch):
     """The CUDA backend reads no index array on the host.  On the forward route, as on the decode
     kernels, a sequence whose cache_seqlens is out of range (negative, or past the cache with its
-    new tokens) gets NaN out and LSE and no append; the others are right."""
+    new tokens) gets NaN out and LSE and no append; the others are right (with packed heads too:
+    the copy back leaves the refused sequences' NaN)."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_PACK_GQA", pack)
     opts = dict(DEFAULTS, heads=16, heads_k=4, dim=64, seqlen_new=seqlen_new, seqlen_q=24, causal=True)
     seqlens = torch.tensor([20, 128 - seqlen_new + 1, 60, -3], dtype=torch.int32)
     good = torch.tensor([20, 40, 60, 10], dtype=torch.int32)
@@ -113,12 +176,14 @@ def test_bad_cache_seqlens_give_nan_rows(seqlen_new):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
+@pytest.mark.parametrize("pack", ["off", "on"])
 @pytest.mark.parametrize("page", [256, 16])
-def test_bad_page_gives_nan_rows(page):
+def test_bad_page_gives_nan_rows(page, pack, monkeypatch):
     """A block-table entry that is not a page, among the pages a sequence reads, makes that
     sequence's rows NaN (all of them on the forward route; on the decode kernels the rows that read
     it, here every row: no mask); an entry past its last page is never read (-1 there is fine, also
     inside the key block holding the sequence's last keys, where pages of 16 come box by box)."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_PACK_GQA", pack)
     opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=0, seqlen_q=32, page_size=page)
     seqlens = torch.tensor([300, 100, 400], dtype=torch.int32)
     args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=3, capacity=512, cache_seqlens=seqlens)
@@ -155,7 +220,7 @@ def test_pages_take_the_route(case, monkeypatch):
     names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
     assert any("route_lengths_kernel" in name for name in names), names
     assert any("fwd_kernel_sm90" in name for name in names), names
-    assert any("route_rotate_q_kernel" in name for name in names) == bool(opts["rotary_dim"]), names
+    assert any("route_copy_q" in name for name in names) == bool(opts["rotary_dim"]), names
     check_against_reference(opts, torch.bfloat16, args, slot, first, *result[0])
 
 
@@ -188,9 +253,11 @@ def test_route_choice_is_checked(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs")
-def test_many_rows_in_a_cuda_graph():
+@pytest.mark.parametrize("pack", ["off", "on"])
+def test_many_rows_in_a_cuda_graph(pack, monkeypatch):
     """A prefill chunk captured once and replayed with new cache lengths: the route's key counts
-    come from cache_seqlens on the device at every replay."""
+    come from cache_seqlens on the device at every replay (packed heads: so do the copies')."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_PACK_GQA", pack)
     opts = dict(DEFAULTS, heads=16, heads_k=4, dim=128, seqlen_new=32, causal=True)
     args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=3, capacity=256,
                                      cache_seqlens=torch.tensor([0, 17, 200], dtype=torch.int32))
@@ -220,8 +287,9 @@ def test_many_rows_in_a_cuda_graph():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the forward route is the CUDA backend's")
 def test_route_workspace_is_checked_before_anything_runs(monkeypatch):
     """The route keeps each sequence's key count in the workspace (4 bytes a sequence, in 256-byte
-    units); the size query covers it, and a workspace too small is refused naming it before the
-    new tokens are appended."""
+    units), and where it may pack heads (compute capability 9.0) the copies of q, out and the LSE;
+    the size query covers them, and a workspace too small is refused naming it before the new
+    tokens are appended."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "on")
     q = torch.randn(70, 32, 4, 64, dtype=torch.bfloat16, device="cuda")
     k_cache = torch.randn(70, 256, 2, 64, dtype=torch.bfloat16, device="cuda")
@@ -233,13 +301,17 @@ def test_route_workspace_is_checked_before_anything_runs(monkeypatch):
         True, None, 0)
     assert not copies
     needed = _ffi.library().kvcache_workspace_size(params)
-    assert needed >= 512 and needed % 256 == 0  # 70 sequences: 280 bytes of key counts
+    # 70 sequences: 280 bytes of key counts; q's copy and the packed out (2 bytes an element), the
+    # packed LSE (4 bytes a row and head).  The size query returns the most either path may take.
+    packing = 2 * q.numel() * 2 + 70 * 32 * 4 * 4 if torch.cuda.get_device_capability() == (9, 0) else 0
+    route = 512 + packing
+    assert needed >= route and needed % 256 == 0, needed
     small = torch.empty(256, dtype=torch.uint8, device="cuda")
     params.workspace, params.workspace_bytes = small.data_ptr(), 256
     before = k_cache[:, 100].clone()
     with pytest.raises(_ffi.InvalidArgumentError) as info:
         _ffi.library().forward_kvcache(params)
     assert info.value.argument == "workspace"
-    assert re.search(r"needs 512 bytes of workspace, got 256", str(info.value)), str(info.value)
+    assert re.search(rf"needs {route} bytes of workspace, got 256", str(info.value)), str(info.value)
     torch.cuda.synchronize()
     assert torch.equal(k_cache[:, 100], before)

@@ -20,7 +20,7 @@ import torch
 
 import attn_reference as ref
 from conftest import FLOOR, assert_fa_close, dtypes_for, rand
-from tileattn import flash_attn_func
+from tileattn import flash_attn_func, flash_attn_with_kvcache
 
 
 def rising_scores(batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim, dtype, device):
@@ -65,12 +65,53 @@ def check_rising_scores(device, shape, *, causal, softcap=0.0):
     for dtype in dtypes_for(device):
         q, k, v = rising_scores(*shape, dtype, device)
         out, lse, _ = flash_attn_func(q, k, v, causal=causal, softcap=softcap, return_attn_probs=True)
-        options = dict(window_left=-1, window_right=0 if causal else -1, softcap=softcap)
-        truth = ref.attention(q, k, v, dtype=torch.float64, **options)
-        naive_out, naive_lse = naive_with_rounded_probs(q, k, v, **options)
-        floor = FLOOR[dtype]
-        assert_fa_close("out", out, naive_out, truth["out"], floor)
-        # The LSE reaches ~300 here: float32 steps of 3e-5 there, a few of them for any order of
-        # the sums.
-        lse_floor = floor + 8 * 2.0 ** -24 * truth["lse"].abs().max().item()
-        assert_fa_close("lse", lse, naive_lse, truth["lse"], lse_floor)
+        assert_rising_scores_close(q, k, v, out, lse, causal=causal, softcap=softcap)
+
+
+def assert_rising_scores_close(q, k, v, out, lse, *, causal, softcap=0.0):
+    options = dict(window_left=-1, window_right=0 if causal else -1, softcap=softcap)
+    truth = ref.attention(q, k, v, dtype=torch.float64, **options)
+    naive_out, naive_lse = naive_with_rounded_probs(q, k, v, **options)
+    floor = FLOOR[q.dtype]
+    assert_fa_close("out", out, naive_out, truth["out"], floor)
+    # The LSE reaches ~300 here: float32 steps of 3e-5 there, a few of them for any order of the sums.
+    lse_floor = floor + 8 * 2.0 ** -24 * truth["lse"].abs().max().item()
+    assert_fa_close("lse", lse, naive_lse, truth["lse"], lse_floor)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="cache entries and pages on the KV-cache route: the sm90 forward family")
+@pytest.mark.parametrize("pack", ["off", "on"])
+@pytest.mark.parametrize("layout", ["batch_idx", "page16", "page256"])
+def test_rising_scores_on_the_kvcache_route(layout, pack, monkeypatch):
+    """flash_attn_with_kvcache's many-row calls on the forward kernels, whose keys lie in cache
+    entries (cache_batch_idx) or pages: a block whose exps overflowed recomputes its scores from
+    the keys where they lie, the entry or the page, not from the sequence's own batch row.  64
+    rows over 1000 cached keys, causal, with each KV group's heads packed into the rows or not;
+    the slots past the keys hold NaN."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "on")
+    monkeypatch.setenv("TILEATTN_KVCACHE_PACK_GQA", pack)
+    batch, rows, keys, capacity, heads, heads_k, dim = 2, 64, 1000, 1024, 8, 2, 128
+    q, k, v = rising_scores(batch, rows, keys, heads, heads_k, dim, torch.bfloat16, "cuda")
+    padded = [torch.full((batch, capacity, heads_k, dim), float("nan"), dtype=q.dtype, device="cuda")
+              for _ in range(2)]
+    padded[0][:, :keys], padded[1][:, :keys] = k, v
+    if layout == "batch_idx":
+        entries = torch.tensor([2, 0], dtype=torch.int32, device="cuda")
+        caches = [torch.full((3,) + x.shape[1:], float("nan"), dtype=q.dtype, device="cuda") for x in padded]
+        for cache, x in zip(caches, padded):
+            cache[entries.long()] = x
+        index = dict(cache_batch_idx=entries)
+    else:
+        page = int(layout[4:])
+        pages = capacity // page
+        table = torch.randperm(batch * pages + 3, device="cuda")[:batch * pages].view(batch, pages)
+        caches = [torch.full((batch * pages + 3, page, heads_k, dim), float("nan"), dtype=q.dtype, device="cuda")
+                  for _ in padded]
+        for cache, x in zip(caches, padded):
+            cache[table] = x.view(batch, pages, page, heads_k, dim)
+        index = dict(block_table=table.to(torch.int32))
+    seqlens = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
+    out, lse = flash_attn_with_kvcache(q, caches[0], caches[1], cache_seqlens=seqlens, causal=True,
+                                       return_softmax_lse=True, **index)
+    assert_rising_scores_close(q, k, v, out, lse, causal=True)

@@ -211,19 +211,17 @@ void poison_bad_packed_rows(const ForwardParams& f, cudaStream_t stream) {
 
 // A call with many query rows on the forward kernels (kvcache_forward_route.h): the append kernel
 // when new tokens come, then each sequence's key count (NaN outputs for a sequence whose indices
-// break the rules, which the forward then skips), with rotary q's rotated copy, then the forward.
+// break the rules, which the forward then skips), q's copy where it is rotated or its heads packed,
+// the forward, and with packed heads the copy of its out and LSE back.
 void run_on_forward(const KvCacheParams& p, cudaStream_t stream) {
   using namespace cuda;
-  decode::require_workspace(p, decode::forward_route_workspace_bytes(p));
-  std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the forward
-  int32_t* lengths = static_cast<int32_t*>(p.workspace);
-  void* q_rotated = nullptr;
-  if (lengths == nullptr) {
-    lengths = reinterpret_cast<int32_t*>(pool.emplace(stream).ints(p.fwd.batch));
-    if (p.rotary_cos != nullptr) q_rotated = pool->floats(decode::route_rotated_q_bytes(p) / 4, false);
-  } else if (p.rotary_cos != nullptr) {
-    q_rotated = static_cast<char*>(p.workspace) + decode::route_lengths_bytes(p);
-  }
+  const int64_t bytes = decode::forward_route_workspace_bytes(p);
+  decode::require_workspace(p, bytes);
+  const bool packed = decode::route_packs_heads(p);
+  std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the call
+  char* workspace = static_cast<char*>(p.workspace);
+  if (workspace == nullptr) workspace = reinterpret_cast<char*>(pool.emplace(stream).floats((bytes + 3) / 4, false));
+  const decode::RouteBuffers buffers = decode::route_buffers(p, workspace, packed);
   if (p.k_new != nullptr) {
     const decode::DecodeArgs args = shape_args(p);
     if (p.fwd.dtype == TILEATTN_FLOAT16) {
@@ -232,9 +230,12 @@ void run_on_forward(const KvCacheParams& p, cudaStream_t stream) {
       decode::run_append<__nv_bfloat16>(args, stream);
     }
   }
-  decode::launch_route_lengths(p, lengths, stream);
-  if (q_rotated != nullptr) decode::launch_route_rotate_q(p, lengths, q_rotated, stream);
-  run_forward_kernels(decode::forward_route_params(p, lengths, q_rotated), decode::route_kv_index(p));
+  decode::launch_route_lengths(p, buffers.lengths, stream);
+  if (buffers.q_copy != nullptr) {
+    decode::launch_route_copy_q(p, buffers.lengths, decode::route_q_layout(p, packed), buffers.q_copy, stream);
+  }
+  run_forward_kernels(decode::forward_route_params(p, buffers, packed), decode::route_kv_index(p, packed));
+  if (packed) decode::launch_route_unpack(p, buffers.lengths, buffers, stream);
   poison_bad_packed_rows(p.fwd, stream);
 }
 

@@ -31,6 +31,7 @@
 #include "common/sequence.h"
 #include "cuda/launch_api.h"  // ForwardParams
 #include "cuda/mask_policy.h"
+#include "cuda/sm90/packed_heads_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
 #include "cuda/sm90/tail_split.h"
 #include "cuda/sm90/tile_config_sm90.h"
@@ -119,17 +120,20 @@ __device__ __forceinline__ int tile_first_row(int m_block, SequenceView const& s
 // key_block_range, also for a tile that sees no key), so the top is all that differs; the host
 // runs clusters only then (run_fwd_sm90).  The last tile's top is the union's: hi grows with the
 // tile's last row, and a tile past seqlen_q has the same last row as the one before it.
+// row_tokens: the rows a token has (packed_heads_sm90.h; 1 but on the KV-cache route's packed calls).
 template <typename Traits>
-__device__ __forceinline__ KeyBlockRange cta_key_range(int m_block, SequenceView const& seq,
-                                                       ForwardParams const& p) {
-  KeyBlockRange range = key_block_range(tile_first_row<Traits>(m_block, seq, p), Traits::kBlockM, Traits::kBlockN,
-                                        seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right);
+__device__ __forceinline__ KeyBlockRange cta_key_range(int m_block, SequenceView const& seq, ForwardParams const& p,
+                                                       RowTokens const& row_tokens) {
+  KeyBlockRange range = rows_key_block_range(tile_first_row<Traits>(m_block, seq, p), Traits::kBlockM,
+                                             Traits::kBlockN, seq.seqlen_q, seq.seqlen_k, p.window_left,
+                                             p.window_right, row_tokens);
   if constexpr (Traits::kClusterSize > 1) {
     const int last = (m_block / Traits::kClusterSize + 1) * Traits::kClusterSize - 1;
     if (last != m_block) {
       range.n_block_max = max(range.n_block_max,
-                              key_block_range(tile_first_row<Traits>(last, seq, p), Traits::kBlockM, Traits::kBlockN,
-                                              seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right)
+                              rows_key_block_range(tile_first_row<Traits>(last, seq, p), Traits::kBlockM,
+                                                   Traits::kBlockN, seq.seqlen_q, seq.seqlen_k, p.window_left,
+                                                   p.window_right, row_tokens)
                                   .n_block_max);
     }
   }

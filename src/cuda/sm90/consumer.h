@@ -26,6 +26,7 @@
 #include "cuda/sm90/epilogue_sm90.h"
 #include "cuda/sm90/kernel_params_sm90.h"
 #include "cuda/sm90/left_window_sm90.h"
+#include "cuda/sm90/packed_heads_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
 #include "cuda/sm90/rescore_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
@@ -93,6 +94,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
   const PingPong<Traits::kConsumers> ping_pong{consumer};
   if (consumer == Traits::kConsumers - 1) ping_pong.pass_turn();  // consumer 0 issues first
   const CtaTiles<Traits, kSplits> tiles{prm.scheduler, prm.split};
+  const RowTokens row_tokens = rows_per_token<Traits>(prm.args);  // packed query heads (packed_heads_sm90.h)
 
   for (int round = 0;; ++round) {
     const TilePiece piece = tiles.piece_of(round);
@@ -107,12 +109,14 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
     // This consumer's first query row: negative in the padding above a shifted first tile.
     const int row0 = m0 + consumer * kRowsPerConsumer;
     const bool has_rows = row0 >= 0 && row0 < seq.seqlen_q;
-    const KeyBlockRange range = piece_key_range<kSplits>(cta_key_range<Traits>(tc.m_block, seq, p), piece);
+    const KeyBlockRange range =
+        piece_key_range<kSplits>(cta_key_range<Traits>(tc.m_block, seq, p, row_tokens), piece);
     // The cut tile's index among the split ones (a piece shorter than its tile), or -1: all the
     // mainloop carries of the piece (the merge derives the rest, off the loop's registers).
     const int cut_tile =
         kSplits && piece.n_hi - piece.n_lo < prm.split.blocks ? piece.tile - prm.split.first_tile : -1;
-    const VisibilityMask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
+    // The masks count tokens: the sequence's rows / row_tokens.
+    const VisibilityMask mask{row_tokens.tokens(seq.seqlen_q), seq.seqlen_k, p.window_left, p.window_right};
     const ScorePolicy score_policy = make_score_policy<ScorePolicy>(p, seq, tc.batch, tc.head);
     DropoutPolicy dropout{};
     if constexpr (DropoutPolicy::kEnabled) {
@@ -147,8 +151,8 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       auto scores_of_block = [&](int n) __attribute__((always_inline)) {
         score_policy.apply(scores, coords, row0, n * kBlockN);
         if (range.needs_mask(n, kBlockN)) {
-          mask.template apply<masks_left_edge<Traits, ScorePolicy, DropoutPolicy>()>(scores, coords, row0,
-                                                                                   n * kBlockN);
+          apply_rows_mask<masks_left_edge<Traits, ScorePolicy, DropoutPolicy>()>(mask, row_tokens, scores, coords,
+                                                                                  row0, n * kBlockN);
         }
       };
       float correction[kRowsPerThread];
@@ -180,8 +184,8 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       // unseen.  In a cluster (cluster_sm90.h) the walk covers the union of both CTAs' ranges, so
       // a causal pair's first tile walks its peer's extra top block this way, and a tile past
       // seqlen_q all of its blocks, releasing the stages its peer's multicasts fill.
-      const int own_max = has_rows ? key_block_range(row0, kRowsPerConsumer, kBlockN, seq.seqlen_q, seq.seqlen_k,
-                                                     p.window_left, p.window_right)
+      const int own_max = has_rows ? rows_key_block_range(row0, kRowsPerConsumer, kBlockN, seq.seqlen_q, seq.seqlen_k,
+                                                          p.window_left, p.window_right, row_tokens)
                                          .n_block_max
                                    : range.n_block_min;
       int n = range.n_block_max - 1;
@@ -231,7 +235,8 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
           release_q_after_last_qk(n);
           scores_of_block(n);
           const bool rescale = softmax.reference_step(scores, correction, [&]() __attribute__((always_inline)) {
-            rescore_from_global<Element>(scores, coords, p, seq, tc.head, row0, n * kBlockN);
+            rescore_from_global<Traits::kSeqBounds, Element>(scores, coords, p, prm.args.kv, seq, tc.batch, tc.head, row0,
+                                                              n * kBlockN);
             scores_of_block(n);
           });
           if constexpr (Traits::kSoftmaxBeforePvWait) {

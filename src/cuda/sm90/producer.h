@@ -15,6 +15,7 @@
 #include "cuda/mask_policy.h"
 #include "cuda/sm90/cluster_sm90.h"
 #include "cuda/sm90/kernel_params_sm90.h"
+#include "cuda/sm90/packed_heads_sm90.h"
 #include "cuda/sm90/paged_boxes_sm90.h"
 #include "cuda/sm90/pipeline_sm90.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
@@ -57,6 +58,7 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
   uint32_t q_empty_parity = 1;  // the first wait passes: nothing has used Q yet
   const int heads_per_kv = p.num_heads / p.num_heads_k;
   const CtaTiles<Traits, kSplits> tiles{prm.scheduler, prm.split};
+  const RowTokens row_tokens = rows_per_token<Traits>(prm.args);
   // In a cluster this CTA loads its slice of each K/V block's rows into every CTA (mask 0b11).
   constexpr uint16_t kClusterMask = (1u << Traits::kClusterSize) - 1;
   const int cluster_rank = static_cast<int>(blockIdx.x % Traits::kClusterSize);
@@ -79,7 +81,8 @@ __device__ __forceinline__ void run_producer(Sm90Params<Traits> const& prm,
       // tensors (index_poison.h): the consumers skip it too.
       if (m0 >= seq.seqlen_q || !sm90_sequence_in_bounds<Traits>(p, tc.batch)) continue;
     }
-    const KeyBlockRange range = piece_key_range<kSplits>(cta_key_range<Traits>(tc.m_block, seq, p), piece);
+    const KeyBlockRange range =
+        piece_key_range<kSplits>(cta_key_range<Traits>(tc.m_block, seq, p, row_tokens), piece);
     const bool has_keys = range.n_block_max > range.n_block_min;
     const int kv_head = tc.head / heads_per_kv;
     const int batch = Traits::kSeqBounds ? tma_batch(seq) : tc.batch;

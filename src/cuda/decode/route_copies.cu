@@ -1,5 +1,7 @@
-// The KV-cache route's rotary: q's rows rotated into a workspace copy the forward reads
-// (kvcache_forward_route.h), by a CTA a query slot, through 16-byte vectors where the call allows.
+// The KV-cache route's copies (kvcache_forward_route.h): q's rows into the workspace, rotated where
+// the call has rotary tables and laid out dense or with a KV group's heads packed token by token
+// (RouteQLayout); with packed heads the forward's out and LSE back.  A CTA a query slot, through
+// 16-byte vectors where the call allows.
 #include <cstdint>
 
 #include "cuda/check.h"
@@ -21,16 +23,22 @@ constexpr int kRotateThreads = 256;
 // element; the vector kernel below takes the calls whose strides and tables allow 16-byte access.
 constexpr int kRotateBatch = 8;
 
-// Grid (seqlen_q, batch): CTA (slot, b) writes query slot `slot` of sequence b rotated into
-// q_rotated, laid out as q is (batch form or packed rows) with dense strides, at position
+// Element 0 of head h in a query slot's row of the copy (RouteQLayout).
+__device__ __forceinline__ int64_t head_offset(const RouteQLayout& layout, int h, int head_dim) {
+  return h / layout.group * layout.group_stride + int64_t{h % layout.group} * head_dim;
+}
+
+// Grid (seqlen_q, batch): CTA (slot, b) writes query slot `slot` of sequence b into `layout` at
+// q_copy, rotated (without tables: rotary_dim 0, every dimension a copy) at position
 // cache_seqlens[b] + slot when causal or windowed, else cache_seqlens[b] (common/kvcache.h's
 // rotary_positions_past_cache), in the split kernel's float math (append_kernel.cuh's rotated),
 // rounded to T as the split kernel rounds its rotated rows for the mma.  A sequence the lengths
 // kernel refused (-1: its rotary positions may lie past the tables) is skipped, as the forward
 // skips it, and so are the slots of packed rows that hold no row.
 template <typename T>
-__global__ void __launch_bounds__(kRotateThreads) route_rotate_q_kernel(const tileattn_kvcache_params p,
-                                                                        const int32_t* lengths, T* q_rotated) {
+__global__ void __launch_bounds__(kRotateThreads) route_copy_q_kernel(const tileattn_kvcache_params p,
+                                                                        const int32_t* lengths, const RouteQLayout layout,
+                                                                        T* q_copy) {
   const int slot = blockIdx.x, b = blockIdx.y;
   if (lengths[b] < 0) return;
   const tileattn_fwd_params& f = p.fwd;
@@ -41,18 +49,18 @@ __global__ void __launch_bounds__(kRotateThreads) route_rotate_q_kernel(const ti
   const int pairs = p.rotary_dim / 2;
   const int items_per_head = f.head_dim - pairs;  // the pairs, then head_dim - rotary_dim copies
   const int items = f.num_heads * items_per_head;
-  const int row_elems = f.num_heads * f.head_dim;
   const T* row = static_cast<const T*>(f.q) + slots.offset(slot, 0, f.q_batch_stride, f.q_row_stride, 0);
-  T* out = q_rotated + slots.offset(slot, 0, static_cast<int64_t>(f.seqlen_q) * row_elems, row_elems, 0);
+  T* out = q_copy + slots.offset(slot, 0, layout.batch_stride, layout.row_stride, 0);
   for (int i0 = threadIdx.x; i0 < items; i0 += kRotateBatch * kRotateThreads) {
     RotaryInputs<T> in[kRotateBatch];
-    int at_a[kRotateBatch], at_b[kRotateBatch];  // the item's elements in the output row; at_b -1 for a copy
+    int64_t at_a[kRotateBatch], at_b[kRotateBatch];  // the item's elements in the output row; at_b -1 for a copy
 #pragma unroll
     for (int u = 0; u < kRotateBatch; ++u) {
       const int i = i0 + u * kRotateThreads;
       if (i >= items) continue;
       const int h = i / items_per_head, k = i % items_per_head;
       const T* x = row + h * f.q_head_stride;
+      const int64_t head_at = head_offset(layout, h, f.head_dim);
       in[u].rotated = k < pairs;
       in[u].first = true;
       if (in[u].rotated) {
@@ -62,11 +70,11 @@ __global__ void __launch_bounds__(kRotateThreads) route_rotate_q_kernel(const ti
         in[u].xb = x[pair.y];
         in[u].c = static_cast<const T*>(p.rotary_cos)[at];
         in[u].s = static_cast<const T*>(p.rotary_sin)[at];
-        at_a[u] = h * f.head_dim + pair.x;
-        at_b[u] = h * f.head_dim + pair.y;
+        at_a[u] = head_at + pair.x;
+        at_b[u] = head_at + pair.y;
       } else {
         in[u].xa = x[k + pairs];  // dimension rotary_dim + (k - pairs)
-        at_a[u] = h * f.head_dim + k + pairs;
+        at_a[u] = head_at + k + pairs;
         at_b[u] = -1;
       }
     }
@@ -96,8 +104,9 @@ struct alignas(sizeof(T) * N) Elements {
 // loads); in halves, elements [8k, 8k + 8) and [rotary_dim / 2 + 8k, ...) with 8 angles; past
 // rotary_dim, 8 dimensions copied.  The float math is rotated()'s, element by element.
 template <typename T, bool kInterleaved>
-__global__ void __launch_bounds__(kRotateThreads) route_rotate_q_vec_kernel(const tileattn_kvcache_params p,
-                                                                            const int32_t* lengths, T* q_rotated) {
+__global__ void __launch_bounds__(kRotateThreads) route_copy_q_vec_kernel(const tileattn_kvcache_params p,
+                                                                            const int32_t* lengths,
+                                                                            const RouteQLayout layout, T* q_copy) {
   const int slot = blockIdx.x, b = blockIdx.y;
   if (lengths[b] < 0) return;
   const tileattn_fwd_params& f = p.fwd;
@@ -110,9 +119,8 @@ __global__ void __launch_bounds__(kRotateThreads) route_rotate_q_vec_kernel(cons
   const int rotary_items = half / kAngles;
   const int items_per_head = rotary_items + (f.head_dim - p.rotary_dim) / 8;
   const int items = f.num_heads * items_per_head;
-  const int row_elems = f.num_heads * f.head_dim;
   const T* row = static_cast<const T*>(f.q) + slots.offset(slot, 0, f.q_batch_stride, f.q_row_stride, 0);
-  T* out = q_rotated + slots.offset(slot, 0, static_cast<int64_t>(f.seqlen_q) * row_elems, row_elems, 0);
+  T* out = q_copy + slots.offset(slot, 0, layout.batch_stride, layout.row_stride, 0);
   const T* cos_row = static_cast<const T*>(p.rotary_cos) + rotary_at(p, position, 0);
   const T* sin_row = static_cast<const T*>(p.rotary_sin) + rotary_at(p, position, 0);
   using Row8 = Elements<T, 8>;
@@ -120,7 +128,7 @@ __global__ void __launch_bounds__(kRotateThreads) route_rotate_q_vec_kernel(cons
   for (int i0 = threadIdx.x; i0 < items; i0 += kRotateVecBatch * kRotateThreads) {
     Row8 xa[kRotateVecBatch], xb[kRotateVecBatch];
     Angles c[kRotateVecBatch], s[kRotateVecBatch];
-    int at[kRotateVecBatch];  // the item's first output element (halves: its second vector half further)
+    int64_t at[kRotateVecBatch];  // the item's first output element (halves: its second vector half further)
     bool rotates[kRotateVecBatch];
 #pragma unroll
     for (int u = 0; u < kRotateVecBatch; ++u) {
@@ -128,17 +136,18 @@ __global__ void __launch_bounds__(kRotateThreads) route_rotate_q_vec_kernel(cons
       if (i >= items) continue;
       const int h = i / items_per_head, k = i % items_per_head;
       const T* x = row + h * f.q_head_stride;
+      const int64_t head_at = head_offset(layout, h, f.head_dim);
       rotates[u] = k < rotary_items;
       if (rotates[u]) {
         xa[u] = *reinterpret_cast<const Row8*>(x + 8 * k);
         if constexpr (!kInterleaved) xb[u] = *reinterpret_cast<const Row8*>(x + half + 8 * k);
         c[u] = *reinterpret_cast<const Angles*>(cos_row + kAngles * k);
         s[u] = *reinterpret_cast<const Angles*>(sin_row + kAngles * k);
-        at[u] = h * f.head_dim + 8 * k;
+        at[u] = head_at + 8 * k;
       } else {
         const int d = p.rotary_dim + 8 * (k - rotary_items);
         xa[u] = *reinterpret_cast<const Row8*>(x + d);
-        at[u] = h * f.head_dim + d;
+        at[u] = head_at + d;
       }
     }
 #pragma unroll
@@ -182,27 +191,99 @@ bool rotary_vectors_fit(const tileattn_kvcache_params& p) {
          p.rotary_dim % rotary_multiple == 0 && f.head_dim % 8 == 0;
 }
 
+constexpr int kUnpackThreads = 256;
+constexpr int kUnpackBatch = 4;  // 16-byte vectors (or elements) a thread a pass, every load before a store
+
+// Grid (seqlen_q, batch): CTA (slot, b) copies query slot `slot` of sequence b from the packed out
+// and LSE (the forward's, over Hk heads of seqlen_q * g rows: route_q_layout(p, true)'s order and
+// forward_route_params' LSE strides) into out and softmax_lse, kWidth elements at a time (8: out's
+// strides multiples of 8 and out 16-byte aligned).  A sequence the lengths kernel refused is left
+// as it wrote it.
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kUnpackThreads) route_unpack_kernel(const tileattn_kvcache_params p,
+                                                                      const int32_t* lengths, const RouteQLayout layout,
+                                                                      const T* packed_out, const float* packed_lse) {
+  const int slot = blockIdx.x, b = blockIdx.y;
+  if (lengths[b] < 0) return;
+  const tileattn_fwd_params& f = p.fwd;
+  using Vec = Elements<T, kWidth>;
+  const int per_head = f.head_dim / kWidth;
+  const int items = f.num_heads * per_head;
+  const T* src = packed_out + b * layout.batch_stride + slot * layout.row_stride;
+  T* dst = static_cast<T*>(f.out) + b * f.out_batch_stride + slot * f.out_row_stride;
+  for (int i0 = threadIdx.x; i0 < items; i0 += kUnpackBatch * kUnpackThreads) {
+    Vec v[kUnpackBatch];
+#pragma unroll
+    for (int u = 0; u < kUnpackBatch; ++u) {
+      const int i = i0 + u * kUnpackThreads;
+      if (i >= items) continue;
+      const int h = i / per_head, e = i % per_head;
+      v[u] = *reinterpret_cast<const Vec*>(src + head_offset(layout, h, f.head_dim) + e * kWidth);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnpackBatch; ++u) {
+      const int i = i0 + u * kUnpackThreads;
+      if (i >= items) continue;
+      const int h = i / per_head, e = i % per_head;
+      *reinterpret_cast<Vec*>(dst + h * f.out_head_stride + e * kWidth) = v[u];
+    }
+  }
+  // Packed LSE row slot * g + j of KV head h / g is query head h's row `slot`.
+  const int g = layout.group;
+  for (int h = threadIdx.x; h < f.num_heads; h += kUnpackThreads) {
+    const int64_t packed = (static_cast<int64_t>(b) * f.num_heads + h / g * g) * f.seqlen_q + slot * g + h % g;
+    f.softmax_lse[b * f.lse_batch_stride + h * f.lse_head_stride + slot] = packed_lse[packed];
+  }
+}
+
 template <typename T>
-void launch_rotate(const KvCacheParams& p, const int32_t* lengths, T* q_rotated, cudaStream_t stream) {
+void launch_copy(const KvCacheParams& p, const int32_t* lengths, const RouteQLayout& layout, T* dst,
+                 cudaStream_t stream) {
   const dim3 grid(p.fwd.seqlen_q, p.fwd.batch);  // batch <= 65535: device_checks.h
   if (!rotary_vectors_fit(p)) {
-    route_rotate_q_kernel<T><<<grid, kRotateThreads, 0, stream>>>(p, lengths, q_rotated);
+    route_copy_q_kernel<T><<<grid, kRotateThreads, 0, stream>>>(p, lengths, layout, dst);
   } else if (p.rotary_interleaved) {
-    route_rotate_q_vec_kernel<T, true><<<grid, kRotateThreads, 0, stream>>>(p, lengths, q_rotated);
+    route_copy_q_vec_kernel<T, true><<<grid, kRotateThreads, 0, stream>>>(p, lengths, layout, dst);
   } else {
-    route_rotate_q_vec_kernel<T, false><<<grid, kRotateThreads, 0, stream>>>(p, lengths, q_rotated);
+    route_copy_q_vec_kernel<T, false><<<grid, kRotateThreads, 0, stream>>>(p, lengths, layout, dst);
   }
 }
 
 }  // namespace
 
-void launch_route_rotate_q(const KvCacheParams& p, const int32_t* lengths, void* q_rotated, cudaStream_t stream) {
-  if (p.fwd.dtype == TILEATTN_FLOAT16) {
-    launch_rotate(p, lengths, static_cast<__half*>(q_rotated), stream);
-  } else {
-    launch_rotate(p, lengths, static_cast<__nv_bfloat16*>(q_rotated), stream);
+void launch_route_copy_q(const KvCacheParams& p, const int32_t* lengths, const RouteQLayout& layout, void* dst,
+                         cudaStream_t stream) {
+  KvCacheParams call = p;
+  if (call.rotary_cos == nullptr) {  // a copy: every item one of the dimensions past rotary_dim
+    call.rotary_dim = 0;
+    call.rotary_interleaved = false;
   }
-  check_cuda(cudaGetLastError(), "KV-cache route rotary kernel launch");
+  if (p.fwd.dtype == TILEATTN_FLOAT16) {
+    launch_copy(call, lengths, layout, static_cast<__half*>(dst), stream);
+  } else {
+    launch_copy(call, lengths, layout, static_cast<__nv_bfloat16*>(dst), stream);
+  }
+  check_cuda(cudaGetLastError(), "KV-cache route q copy kernel launch");
+}
+
+void launch_route_unpack(const KvCacheParams& p, const int32_t* lengths, const RouteBuffers& buffers,
+                         cudaStream_t stream) {
+  const tileattn_fwd_params& f = p.fwd;
+  const dim3 grid(f.seqlen_q, f.batch);
+  const RouteQLayout layout = route_q_layout(p, true);
+  const bool vectors = aligned16(f.out) && f.out_batch_stride % 8 == 0 && f.out_row_stride % 8 == 0 &&
+                       f.out_head_stride % 8 == 0 && f.head_dim % 8 == 0;
+  const auto launch = [&](auto element) {
+    using T = decltype(element);
+    const T* out = static_cast<const T*>(buffers.out_packed);
+    if (vectors) {
+      route_unpack_kernel<T, 8><<<grid, kUnpackThreads, 0, stream>>>(p, lengths, layout, out, buffers.lse_packed);
+    } else {
+      route_unpack_kernel<T, 1><<<grid, kUnpackThreads, 0, stream>>>(p, lengths, layout, out, buffers.lse_packed);
+    }
+  };
+  f.dtype == TILEATTN_FLOAT16 ? launch(__half{}) : launch(__nv_bfloat16{});
+  check_cuda(cudaGetLastError(), "KV-cache route unpack kernel launch");
 }
 
 }  // namespace tileattn::cuda::decode
