@@ -25,6 +25,7 @@
 #include "cuda/sm90/launch_api_sm90.h"
 #include "cuda/sm90/tile_config_sm90.h"
 #include "cuda/tile_config.h"
+#include "cuda/vector_aligned.h"
 
 namespace tileattn {
 namespace cuda {
@@ -84,13 +85,6 @@ bool sm90_supports(const ForwardParams& p) {
                        p.v_head_stride, p.out_row_stride, p.out_head_stride}) &&
          (varlen || all_positive({p.q_batch_stride, p.out_batch_stride})) &&
          (varlen_k || all_positive({p.k_batch_stride, p.v_batch_stride}));
-}
-
-// The tiled kernel loads and stores 16-byte vectors: 8 fp16/bf16 elements.
-bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride, bool varlen) {
-  constexpr int64_t kVector = 8;
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && row_stride % kVector == 0 &&
-         head_stride % kVector == 0 && (varlen || batch_stride % kVector == 0);
 }
 
 // Whether every tensor takes the kernels' 16-byte vectors.

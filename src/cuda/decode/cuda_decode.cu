@@ -25,15 +25,10 @@
 #include "cuda/kernel_family.h"
 #include "cuda/stream_workspace.h"
 #include "cuda/tensor_map_encoder.h"
+#include "cuda/vector_aligned.h"
 
 namespace tileattn {
 namespace {
-
-// 16-byte vectors of 8 elements need a 16-byte aligned base and strides of whole vectors.
-bool vector_aligned(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && batch_stride % 8 == 0 && row_stride % 8 == 0 &&
-         head_stride % 8 == 0;
-}
 
 // The cache (units, rows, Hk, D) as the 4-D tensor (D, Hk, rows, units) that a TMA box of
 // (64, 1, box_keys, 1) reads one 128-byte column slab of box_keys keys of one KV head from, with the
@@ -215,9 +210,10 @@ void poison_bad_packed_rows(const ForwardParams& f, cudaStream_t stream) {
 // the forward, and with packed heads the copy of its out and LSE back.
 void run_on_forward(const KvCacheParams& p, cudaStream_t stream) {
   using namespace cuda;
-  const int64_t bytes = decode::forward_route_workspace_bytes(p);
+  const bool can_pack = decode::route_can_pack_heads(p);
+  const int64_t bytes = decode::route_workspace_bytes(p, can_pack);
   decode::require_workspace(p, bytes);
-  const bool packed = decode::route_packs_heads(p);
+  const bool packed = decode::route_packs_heads(p, can_pack);
   std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the call
   char* workspace = static_cast<char*>(p.workspace);
   if (workspace == nullptr) workspace = reinterpret_cast<char*>(pool.emplace(stream).floats((bytes + 3) / 4, false));

@@ -80,11 +80,30 @@ int sm90_block_m(int head_dim) {
   return sm90::kRowsPerConsumer * sm90::sm90_consumers(sm90::sm90_head_dim_bucket(head_dim));
 }
 
-// Tiles of `rows` query rows a head, in rounds of the SMs' tiles.
-int64_t tile_rounds(const KvCacheParams& p, int64_t rows, int heads) {
+// Tiles of `rows` query rows a head, in rounds of `sms` tiles.
+int64_t tile_rounds(const KvCacheParams& p, int64_t rows, int heads, int sms) {
   const int block_m = sm90_block_m(p.fwd.head_dim);
   const int64_t tiles = (rows + block_m - 1) / block_m * heads * p.fwd.batch;
-  return (tiles + sm_count() - 1) / sm_count();
+  return (tiles + sms - 1) / sms;
+}
+
+// Where the workspace's parts start (route_buffers), -1 for a part the call does not use, and its
+// end: the key counts, q's copy (rotary or packed heads), the packed out, the packed LSE.
+struct RouteOffsets {
+  int64_t q_copy, out_packed, lse_packed, end;
+};
+RouteOffsets route_offsets(const KvCacheParams& p, bool packed) {
+  RouteOffsets o{-1, -1, -1, round256(p.fwd.batch * int64_t{sizeof(int32_t)})};
+  if (p.rotary_cos != nullptr || packed) {
+    o.q_copy = o.end;
+    o.end += round256(q_elements_bytes(p));
+  }
+  if (packed) {
+    o.out_packed = o.end;
+    o.lse_packed = o.out_packed + round256(q_elements_bytes(p));
+    o.end = o.lse_packed + round256(lse_bytes(p));
+  }
+  return o;
 }
 
 }  // namespace
@@ -102,12 +121,12 @@ KvIndex route_kv_index(const KvCacheParams& p, bool packed) {
   return kv;
 }
 
-// The buffers' places for the params' checks only (sm90_forward_serves reads their alignment).
-RouteBuffers placeholder_buffers(const KvCacheParams& p) {
-  static int32_t aligned[64] __attribute__((aligned(256)));
-  RouteBuffers b{aligned, aligned, aligned, reinterpret_cast<float*>(aligned)};
-  b.lengths = p.cache_seqlens != nullptr ? const_cast<int32_t*>(p.cache_seqlens) : aligned;
-  return b;
+// The buffers for the params' checks only: the key counts' place marks the sequence bounds, and
+// the workspace's copies are 256-byte aligned, as a null pointer is (sm90_forward_serves reads
+// pointers for their alignment alone).
+RouteBuffers check_buffers(const KvCacheParams& p) {
+  return {const_cast<int32_t*>(p.cache_seqlens != nullptr ? p.cache_seqlens : p.fwd.cu_seqlens_k), nullptr, nullptr,
+          nullptr};
 }
 
 bool forward_route_possible(const KvCacheParams& p) {
@@ -122,10 +141,7 @@ bool forward_route_possible(const KvCacheParams& p) {
   }
   // Packed query rows, entries and pages (any size: those not holding whole key blocks come box by
   // box, sm90/paged_boxes_sm90.h): the sm90 family's sequence-bounds kernels only.
-  RouteBuffers b = placeholder_buffers(p);
-  b.lengths = const_cast<int32_t*>(p.cache_seqlens != nullptr ? p.cache_seqlens : f.cu_seqlens_k);
-  b.q_copy = b.out_packed = nullptr;
-  return sm90_forward_serves(forward_route_params(p, b, false));
+  return sm90_forward_serves(forward_route_params(p, check_buffers(p), false));
 }
 
 bool forward_route_taken(const KvCacheParams& p) {
@@ -140,13 +156,12 @@ bool forward_route_taken(const KvCacheParams& p) {
 bool route_can_pack_heads(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
   if (f.num_heads == f.num_heads_k || f.cu_seqlens_q != nullptr || f.alibi_slopes != nullptr) return false;
-  if (!forward_route_possible(p)) return false;
-  return sm90_forward_serves(forward_route_params(p, placeholder_buffers(p), true));
+  return sm90_forward_serves(forward_route_params(p, check_buffers(p), true));
 }
 
-bool route_packs_heads(const KvCacheParams& p) {
+bool route_packs_heads(const KvCacheParams& p, bool can_pack) {
   const int choice = env_choice("TILEATTN_KVCACHE_PACK_GQA", {"auto", "on", "off"});
-  if (choice == 2 || !route_can_pack_heads(p)) return false;
+  if (choice == 2 || !can_pack) return false;
   if (choice == 1) return true;
   // Measured on an H100 (32 x 4k keys, 32 query heads over 8, d128, CUDA graphs, session 66): 8-32
   // rows a sequence (a group's rows fit one tile) 277-286 us unpacked -> 199-223 packed, causal
@@ -155,8 +170,9 @@ bool route_packs_heads(const KvCacheParams& p) {
   // So: a group's rows within one tile, and fewer rounds of the SMs.
   const int g = p.fwd.num_heads / p.fwd.num_heads_k;
   const int64_t group_rows = static_cast<int64_t>(p.fwd.seqlen_q) * g;
-  return group_rows <= sm90_block_m(p.fwd.head_dim) &&
-         tile_rounds(p, group_rows, p.fwd.num_heads_k) < tile_rounds(p, p.fwd.seqlen_q, p.fwd.num_heads);
+  if (group_rows > sm90_block_m(p.fwd.head_dim)) return false;
+  const int sms = sm_count();
+  return tile_rounds(p, group_rows, p.fwd.num_heads_k, sms) < tile_rounds(p, p.fwd.seqlen_q, p.fwd.num_heads, sms);
 }
 
 RouteQLayout route_q_layout(const KvCacheParams& p, bool packed) {
@@ -170,25 +186,19 @@ RouteQLayout route_q_layout(const KvCacheParams& p, bool packed) {
   return {static_cast<int64_t>(f.seqlen_q) * f.num_heads * d, g * d, static_cast<int64_t>(f.seqlen_q) * g * d, g};
 }
 
+int64_t route_workspace_bytes(const KvCacheParams& p, bool can_pack) { return route_offsets(p, can_pack).end; }
+
 int64_t forward_route_workspace_bytes(const KvCacheParams& p) {
-  if (!forward_route_possible(p)) return 0;
-  const bool pack = route_can_pack_heads(p);
-  const int64_t copy = p.rotary_cos != nullptr || pack ? round256(q_elements_bytes(p)) : 0;
-  const int64_t packed_out = pack ? round256(q_elements_bytes(p)) + round256(lse_bytes(p)) : 0;
-  return round256(p.fwd.batch * int64_t{sizeof(int32_t)}) + copy + packed_out;
+  return forward_route_possible(p) ? route_workspace_bytes(p, route_can_pack_heads(p)) : 0;
 }
 
 RouteBuffers route_buffers(const KvCacheParams& p, char* workspace, bool packed) {
-  RouteBuffers b{};
-  b.lengths = reinterpret_cast<int32_t*>(workspace);
-  char* next = workspace + round256(p.fwd.batch * int64_t{sizeof(int32_t)});
-  if (p.rotary_cos != nullptr || packed) {
-    b.q_copy = next;
-    next += round256(q_elements_bytes(p));
-  }
+  const RouteOffsets o = route_offsets(p, packed);
+  RouteBuffers b{reinterpret_cast<int32_t*>(workspace), nullptr, nullptr, nullptr};
+  if (o.q_copy >= 0) b.q_copy = workspace + o.q_copy;
   if (packed) {
-    b.out_packed = next;
-    b.lse_packed = reinterpret_cast<float*>(next + round256(q_elements_bytes(p)));
+    b.out_packed = workspace + o.out_packed;
+    b.lse_packed = reinterpret_cast<float*>(workspace + o.lse_packed);
   }
   return b;
 }

@@ -42,8 +42,10 @@ bool forward_route_taken(const KvCacheParams& p);
 // Possible on the sm90 family for q in batch form without ALiBi (whose slope is a query head's);
 // TILEATTN_KVCACHE_PACK_GQA = auto (default) | on | off, read on every call: `auto` packs where a
 // KV group's rows fit one tile and the packed tiles take fewer rounds of the SMs than the unpacked.
+// route_can_pack_heads is asked of a call forward_route_possible accepts, route_packs_heads with
+// its answer.
 bool route_can_pack_heads(const KvCacheParams& p);
-bool route_packs_heads(const KvCacheParams& p);
+bool route_packs_heads(const KvCacheParams& p, bool can_pack);
 
 // Where the route's copy of q (or the packed out) keeps element d of (sequence b, query slot i,
 // head h): at slots.offset(i, 0, batch_stride, row_stride, 0) + (h / group) * group_stride +
@@ -58,7 +60,8 @@ RouteQLayout route_q_layout(const KvCacheParams& p, bool packed);
 // The route's workspace, each part 256-byte aligned: the key counts (one int32 a sequence), then
 // where q is copied (rotary or packed heads) the copy, then where heads are packed the packed out
 // and LSE.  forward_route_workspace_bytes covers every choice the call may make (the environment is
-// read per call); 0 where the route is not possible.
+// read per call); 0 where the route is not possible.  route_workspace_bytes: the same for a call
+// the route takes, given route_can_pack_heads.
 struct RouteBuffers {
   int32_t* lengths;
   void* q_copy;        // null: the forward reads q
@@ -66,6 +69,7 @@ struct RouteBuffers {
   float* lse_packed;
 };
 int64_t forward_route_workspace_bytes(const KvCacheParams& p);
+int64_t route_workspace_bytes(const KvCacheParams& p, bool can_pack);
 RouteBuffers route_buffers(const KvCacheParams& p, char* workspace, bool packed);
 
 // lengths[b] = sequence b's keys after the append (cache_seqlens[b] + seqlen_new), or -1 where its

@@ -8,6 +8,7 @@
 #include "cuda/decode/append_kernel.cuh"
 #include "cuda/decode/decode_args.h"
 #include "cuda/decode/kvcache_forward_route.h"
+#include "cuda/vector_aligned.h"
 
 namespace tileattn::cuda::decode {
 namespace {
@@ -176,19 +177,16 @@ __global__ void __launch_bounds__(kRotateThreads) route_copy_q_vec_kernel(const 
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 // Whether the vector kernel can serve the call: q and the tables 16-byte aligned, q's strides
 // multiples of 8 elements, and an item's angles whole and aligned in a table row (rotary_dim a
 // multiple of 8 interleaved, of 16 in halves, so position x rotary_dim / 2 keeps 8- or 16-byte
 // alignment), head_dim a multiple of 8.
 bool rotary_vectors_fit(const tileattn_kvcache_params& p) {
   const tileattn_fwd_params& f = p.fwd;
-  const bool strides = f.q_head_stride % 8 == 0 && f.q_row_stride % 8 == 0 &&
-                       (f.cu_seqlens_q != nullptr || f.q_batch_stride % 8 == 0);
   const int rotary_multiple = p.rotary_interleaved ? 8 : 16;
-  return aligned16(f.q) && aligned16(p.rotary_cos) && aligned16(p.rotary_sin) && strides &&
-         p.rotary_dim % rotary_multiple == 0 && f.head_dim % 8 == 0;
+  return vector_aligned(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, f.cu_seqlens_q != nullptr) &&
+         aligned16(p.rotary_cos) && aligned16(p.rotary_sin) && p.rotary_dim % rotary_multiple == 0 &&
+         f.head_dim % 8 == 0;
 }
 
 constexpr int kUnpackThreads = 256;
@@ -271,8 +269,8 @@ void launch_route_unpack(const KvCacheParams& p, const int32_t* lengths, const R
   const tileattn_fwd_params& f = p.fwd;
   const dim3 grid(f.seqlen_q, f.batch);
   const RouteQLayout layout = route_q_layout(p, true);
-  const bool vectors = aligned16(f.out) && f.out_batch_stride % 8 == 0 && f.out_row_stride % 8 == 0 &&
-                       f.out_head_stride % 8 == 0 && f.head_dim % 8 == 0;
+  const bool vectors =
+      f.head_dim % 8 == 0 && vector_aligned(f.out, f.out_batch_stride, f.out_row_stride, f.out_head_stride);
   const auto launch = [&](auto element) {
     using T = decltype(element);
     const T* out = static_cast<const T*>(buffers.out_packed);
