@@ -16,6 +16,7 @@
 
 namespace {
 
+using tileattn::cuda::sm90::PairMajor;
 using tileattn::cuda::sm90::TileCoords;
 using tileattn::cuda::sm90::TileScheduler;
 
@@ -44,14 +45,14 @@ std::vector<int> visits(const TileScheduler& s, int grid) {
   return count;
 }
 
-void check_shape(const Shape& shape, bool longest_first, int grid, bool stagger) {
+void check_shape(const Shape& shape, bool longest_first, int grid, bool stagger, PairMajor pair_major) {
   const TileScheduler s = TileScheduler::make(shape.m_blocks, shape.batch, shape.heads, shape.heads_k,
-                                              shape.kv_bytes_per_head, longest_first, grid, stagger);
+                                              shape.kv_bytes_per_head, longest_first, grid, stagger, pair_major);
   SCOPED_TRACE(testing::Message() << "m_blocks " << shape.m_blocks << " batch " << shape.batch << " heads "
                                   << shape.heads << "/" << shape.heads_k << " kv bytes "
                                   << shape.kv_bytes_per_head << " longest_first " << longest_first
                                   << " grid " << grid << " stagger " << stagger << " (on: " << (s.half != 0)
-                                  << ")");
+                                  << ") pair-major " << s.pair_major);
   ASSERT_EQ(s.num_tiles, shape.m_blocks * shape.batch * shape.heads);
   const std::vector<int> count = visits(s, grid);
   for (int tile = 0; tile < s.num_tiles; ++tile) ASSERT_EQ(count[tile], 1) << "tile " << tile;
@@ -69,8 +70,10 @@ void check_shape(const Shape& shape, bool longest_first, int grid, bool stagger)
     ++seen[static_cast<size_t>((c.batch * shape.heads + c.head) * shape.m_blocks + c.m_block)];
     if (longest_first) {
       // Under a causal mask the bottom query blocks see the most keys: they must come first in
-      // each group.
-      if (tile % (s.group_pairs * shape.m_blocks) == 0) previous_m = shape.m_blocks;
+      // each group, or
+      // each pair's run of them with pair-major groups.
+      const int run = s.pair_major ? shape.m_blocks : s.group_pairs * shape.m_blocks;
+      if (tile % run == 0) previous_m = shape.m_blocks;
       ASSERT_LE(c.m_block, previous_m) << "tile " << tile;
       previous_m = c.m_block;
     }
@@ -98,24 +101,33 @@ TEST(Sm90TileScheduler, EveryTileRunsExactlyOnce) {
   // of every size, an odd and an even count of them, the fewest allowed (three), a cluster grid
   // (66 slots of two query blocks, as the K/V-multicast kernel schedules) and d64's three 192-row
   // blocks at 512 tokens.
-  for (int pairs : {99, 100, 131, 132, 133, 165, 512, 1024}) shapes.push_back({4, 1, pairs, pairs, 1 << 20});
-  for (int pairs : {67, 99, 100, 101, 512}) shapes.push_back({2, 1, pairs, pairs, 1 << 20});
+  for (int pairs : {99, 100, 131, 132, 133, 165, 512, 1024}) shapes.push_back({4, 1, pairs, pairs, 1 << 19});
+  for (int pairs : {67, 99, 100, 101, 512}) shapes.push_back({2, 1, pairs, pairs, 1 << 19});
   shapes.push_back({3, 32, 32, 32, 4ll * 512 * 64});
-  int staggered = 0;
+  // Pair-major groups (K/V past the L2): the packed KV-cache route's 2 blocks of 4 heads x 64 rows
+  // over 4k keys, chunked prefill's 4 blocks over 8k keys with GQA, partial last groups.
+  for (int pairs : {256, 131, 200}) shapes.push_back({2, 1, pairs, pairs, 4ll * 4096 * 128});
+  shapes.push_back({4, 3, 32, 8, 4ll * 8192 * 128});
+  shapes.push_back({6, 5, 7, 1, 4ll * 16384 * 128});
+  int staggered = 0, pair_major = 0;
   for (const Shape& shape : shapes) {
     const int tiles = shape.m_blocks * shape.batch * shape.heads;
     for (bool longest_first : {false, true}) {
       for (int grid : {std::min(tiles, kSms), 1, std::min(tiles, 7), std::min(tiles, 66), std::min(tiles, 8)}) {
         for (bool stagger : {false, true}) {
-          check_shape(shape, longest_first, grid, stagger);
-          staggered += TileScheduler::make(shape.m_blocks, shape.batch, shape.heads, shape.heads_k,
-                                           shape.kv_bytes_per_head, longest_first, grid, stagger)
-                           .half != 0;
+          for (PairMajor choice : {PairMajor::kAuto, PairMajor::kOn, PairMajor::kOff}) {
+            check_shape(shape, longest_first, grid, stagger, choice);
+            const TileScheduler s = TileScheduler::make(shape.m_blocks, shape.batch, shape.heads, shape.heads_k,
+                                                        shape.kv_bytes_per_head, longest_first, grid, stagger, choice);
+            staggered += s.half != 0;
+            pair_major += s.pair_major;
+          }
         }
       }
     }
   }
   EXPECT_GE(staggered, 20);  // the shapes above reach the staggered order
+  EXPECT_GE(pair_major, 10);  // and the pair-major one
 }
 
 // The busiest CTA's load over the mean, a tile costing walk(m_block) key blocks plus one (its
@@ -140,11 +152,14 @@ TEST(Sm90TileScheduler, ShortCausalGroupsKeepTheLoadsEven) {
       const int m_blocks = seqlen / 128, batch = 16384 / seqlen, heads = 2048 / dim;
       const int grid = std::min(m_blocks * batch * heads, kSms);
       for (bool stagger : {false, true}) {
-        const TileScheduler s =
-            TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * dim, true, grid, stagger);
-        SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " d" << dim << " stagger " << stagger);
-        ASSERT_LT(s.group_pairs, s.num_pairs);  // grouped, not the whole-call order
-        EXPECT_LE(max_load_over_mean(s, grid, [](int m_block) { return m_block + 1; }), 1.05);
+        for (PairMajor choice : {PairMajor::kAuto, PairMajor::kOn}) {
+          const TileScheduler s =
+              TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * dim, true, grid, stagger, choice);
+          SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " d" << dim << " stagger " << stagger
+                                          << " pair-major " << s.pair_major);
+          ASSERT_LT(s.group_pairs, s.num_pairs);  // grouped, not the whole-call order
+          EXPECT_LE(max_load_over_mean(s, grid, [](int m_block) { return m_block + 1; }), 1.05);
+        }
       }
     }
   }
@@ -183,9 +198,9 @@ TEST(Sm90TileScheduler, StaggeredHalvesSpreadTheLoads) {
   struct Case { int m_blocks, batch, heads, grid; };
   for (const Case& c : {Case{2, 32, 16, 66}, Case{4, 32, 8, 132}, Case{4, 32, 16, 132}}) {
     SCOPED_TRACE(testing::Message() << "m_blocks " << c.m_blocks << " pairs " << c.batch * c.heads << " grid " << c.grid);
-    const TileScheduler grouped = TileScheduler::make(c.m_blocks, c.batch, c.heads, c.heads, 1 << 20, true, c.grid);
+    const TileScheduler grouped = TileScheduler::make(c.m_blocks, c.batch, c.heads, c.heads, 1 << 19, true, c.grid);
     const TileScheduler staggered =
-        TileScheduler::make(c.m_blocks, c.batch, c.heads, c.heads, 1 << 20, true, c.grid, true);
+        TileScheduler::make(c.m_blocks, c.batch, c.heads, c.heads, 1 << 19, true, c.grid, true);
     ASSERT_NE(staggered.half, 0);
     const double before = max_round_loads_over_mean(grouped, c.grid);
     const double after = max_round_loads_over_mean(staggered, c.grid);
@@ -210,11 +225,56 @@ TEST(Sm90TileScheduler, EndAlignedD64GroupsKeepTheLoadsEven) {
       return (std::min(first + kBlockM, seqlen) - 1) / kBlockN + 1;
     };
     for (bool stagger : {false, true}) {
+      for (PairMajor choice : {PairMajor::kAuto, PairMajor::kOn}) {
+        const TileScheduler s =
+            TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * 64, true, grid, stagger, choice);
+        SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " stagger " << stagger << " (on: " << (s.half != 0)
+                                        << ") pair-major " << s.pair_major);
+        ASSERT_LT(s.group_pairs, s.num_pairs);
+        EXPECT_LE(max_load_over_mean(s, grid, walk), 1.05);
+      }
+    }
+  }
+}
+
+// Two-round groups whose K/V exceed the L2 go pair by pair (tile_scheduler.h): every head's
+// tiles must then run in one round (its K/V read from HBM once), the CTAs' loads staying as even as
+// the query-block-major order keeps them; groups that fit (the sweep's d256 512 tokens, 33 MB)
+// keep that order, where a head's longest and shortest tiles run a round apart.
+TEST(Sm90TileScheduler, PairMajorGroupsRunAHeadInOneRound) {
+  constexpr int kSms = 132;
+  struct Case { int m_blocks, batch, heads, heads_k; int64_t kv_bytes_per_head; bool pair_major; };
+  const Case cases[] = {
+      {2, 32, 8, 8, 4ll * 4096 * 128, true},     // the packed route: 64 rows x 4 heads, 4k keys
+      {4, 4, 32, 8, 4ll * 8192 * 128, true},     // chunked prefill: 512 rows over 8k keys, GQA 4:1
+      {4, 32, 8, 8, 4ll * 512 * 256, false},     // the sweep's d256 512
+      {4, 4, 32, 8, 4ll * 1024 * 128, false},    // the same chunk over 1k keys (16.5 MB a group)
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "m_blocks " << c.m_blocks << " pairs " << c.batch * c.heads << " kv bytes "
+                                    << c.kv_bytes_per_head);
+    const int grid = std::min(c.m_blocks * c.batch * c.heads, kSms);
+    for (bool stagger : {false, true}) {
       const TileScheduler s =
-          TileScheduler::make(m_blocks, batch, heads, heads, 4ll * seqlen * 64, true, grid, stagger);
-      SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " stagger " << stagger << " (on: " << (s.half != 0) << ")");
+          TileScheduler::make(c.m_blocks, c.batch, c.heads, c.heads_k, c.kv_bytes_per_head, true, grid, stagger);
+      ASSERT_EQ(s.pair_major, c.pair_major);
       ASSERT_LT(s.group_pairs, s.num_pairs);
-      EXPECT_LE(max_load_over_mean(s, grid, walk), 1.05);
+      // The rounds each pair's tiles run in.
+      std::vector<int> first(static_cast<size_t>(s.num_pairs), -1), last(first);
+      for (int cta = 0; cta < grid; ++cta) {
+        const std::vector<int> tiles = tiles_of_cta(s, cta);
+        for (int round = 0; round < static_cast<int>(tiles.size()); ++round) {
+          const TileCoords t = s.coords(tiles[round]);
+          const size_t pair = static_cast<size_t>(t.batch * c.heads + t.head);
+          first[pair] = first[pair] < 0 ? round : std::min(first[pair], round);
+          last[pair] = std::max(last[pair], round);
+        }
+      }
+      int split_heads = 0;
+      for (int pair = 0; pair < s.num_pairs; ++pair) split_heads += first[pair] != last[pair];
+      // (The grid, 132, is a multiple of the query blocks: no head straddles two rounds.)
+      EXPECT_EQ(split_heads, c.pair_major ? 0 : s.num_pairs);
+      EXPECT_LE(max_load_over_mean(s, grid, [](int m_block) { return m_block + 1; }), 1.05);
     }
   }
 }

@@ -276,6 +276,25 @@ def test_short_walk_choice(monkeypatch):
         torch.testing.assert_close(results["on"][1], results["off"][1], rtol=0, atol=1e-4)
 
 
+def _assert_tile_orders_agree(monkeypatch, variable, cases):
+    """For each head dim and case (sq, sk, causal, window) over 8 sequences x 16 query heads over 4,
+    `variable` = on, off and auto give bitwise the same output and LSE: a tile order only moves
+    tiles between CTAs, and one run twice or skipped would leave rows that differ."""
+    for head_dim in (64, 128, 256):
+        for sq, sk, causal, window in cases:
+            q = torch.randn(8, sq, 16, head_dim, device="cuda", dtype=torch.bfloat16)
+            k, v = (torch.randn(8, sk, 4, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            results = {}
+            for choice in ("on", "off", "auto"):
+                monkeypatch.setenv(variable, choice)
+                out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
+                results[choice] = (out, lse)
+            for choice in ("off", "auto"):
+                assert torch.equal(results["on"][0], results[choice][0]), (head_dim, sq, sk, window, choice)
+                assert torch.equal(results["on"][1], results[choice][1]), (head_dim, sq, sk, window, choice)
+            assert torch.isfinite(results["on"][0]).all()
+
+
 def test_stagger_choice(monkeypatch):
     """TILEATTN_FORWARD_STAGGER orders the sm90 forward's short causal or windowed tiles in staggered
     halves (src/cuda/sm90/tile_scheduler.h): a typo raises naming it, and the order only moves
@@ -285,20 +304,21 @@ def test_stagger_choice(monkeypatch):
     skipped would leave rows that differ."""
     # The typo check (and the skip off Hopper); the cases below need more pairs than it makes.
     _sm90_forward_choice_results(monkeypatch, "TILEATTN_FORWARD_STAGGER", 128, [], ())
-    cases = [(512, 512, True, (-1, -1)), (500, 512, True, (-1, -1)), (512, 512, False, (256, 0))]
-    for head_dim in (64, 128, 256):
-        for sq, sk, causal, window in cases:
-            q = torch.randn(8, sq, 16, head_dim, device="cuda", dtype=torch.bfloat16)
-            k, v = (torch.randn(8, sk, 4, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-            results = {}
-            for choice in ("on", "off", "auto"):
-                monkeypatch.setenv("TILEATTN_FORWARD_STAGGER", choice)
-                out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
-                results[choice] = (out, lse)
-            for choice in ("off", "auto"):
-                assert torch.equal(results["on"][0], results[choice][0]), (head_dim, sq, window, choice)
-                assert torch.equal(results["on"][1], results[choice][1]), (head_dim, sq, window, choice)
-            assert torch.isfinite(results["on"][0]).all()
+    _assert_tile_orders_agree(monkeypatch, "TILEATTN_FORWARD_STAGGER",
+                              [(512, 512, True, (-1, -1)), (500, 512, True, (-1, -1)), (512, 512, False, (256, 0))])
+
+
+def test_pair_major_choice(monkeypatch):
+    """TILEATTN_FORWARD_PAIR_MAJOR runs the sm90 forward's two-round groups of causal or windowed
+    tiles (batch, head) pair by pair (src/cuda/sm90/tile_scheduler.h): a typo raises naming it,
+    and the order only moves tiles between CTAs, so on, off and auto give bitwise the same output
+    and LSE.  On takes the short calls' order (their groups fit the L2), auto takes it for the
+    query rows a few blocks long over 8k keys (132 pairs x 1 MB of K/V a group on 132 SMs); odd
+    rows leave a partial last tile."""
+    _sm90_forward_choice_results(monkeypatch, "TILEATTN_FORWARD_PAIR_MAJOR", 128, [], ())
+    _assert_tile_orders_agree(monkeypatch, "TILEATTN_FORWARD_PAIR_MAJOR",
+                              [(512, 512, True, (-1, -1)), (500, 512, True, (-1, -1)), (512, 512, False, (256, 0)),
+                               (256, 8192, True, (-1, -1)), (250, 8192, True, (-1, -1))])
 
 
 @pytest.mark.parametrize("head_dim, multicast", [(64, "off"), (128, "off"), (128, "on"), (256, "on")])

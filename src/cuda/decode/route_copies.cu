@@ -29,29 +29,47 @@ __device__ __forceinline__ int64_t head_offset(const RouteQLayout& layout, int h
   return h / layout.group * layout.group_stride + int64_t{h % layout.group} * head_dim;
 }
 
+// The query slot CTA (slot, b) of a q copy writes: where its row lies in q and in the copy, and its
+// rotary position, cache_seqlens[b] + slot when causal or windowed, else cache_seqlens[b]
+// (common/kvcache.h's rotary_positions_past_cache).  Not live for a sequence the lengths kernel
+// refused (-1: its rotary positions may lie past the tables), which the forward skips too, nor for
+// a slot past the sequence's rows.
+struct CopySlot {
+  bool live;
+  int64_t position, q_offset, copy_offset;
+};
+
+__device__ __forceinline__ CopySlot copy_slot(const tileattn_kvcache_params& p, const int32_t* lengths,
+                                              const RouteQLayout& layout) {
+  const int slot = blockIdx.x, b = blockIdx.y;
+  CopySlot at{false, 0, 0, 0};
+  if (lengths[b] < 0) return at;
+  const tileattn_fwd_params& f = p.fwd;
+  const QuerySlots slots = query_slots(f, b);
+  if (!slots.live(slot)) return at;
+  at.live = true;
+  at.position = sequence_keys(p, b).seqlen + (rotary_position_per_row(f) ? slot : 0);
+  at.q_offset = slots.offset(slot, 0, f.q_batch_stride, f.q_row_stride, 0);
+  at.copy_offset = slots.offset(slot, 0, layout.batch_stride, layout.row_stride, 0);
+  return at;
+}
+
 // Grid (seqlen_q, batch): CTA (slot, b) writes query slot `slot` of sequence b into `layout` at
-// q_copy, rotated (without tables: rotary_dim 0, every dimension a copy) at position
-// cache_seqlens[b] + slot when causal or windowed, else cache_seqlens[b] (common/kvcache.h's
-// rotary_positions_past_cache), in the split kernel's float math (append_kernel.cuh's rotated),
-// rounded to T as the split kernel rounds its rotated rows for the mma.  A sequence the lengths
-// kernel refused (-1: its rotary positions may lie past the tables) is skipped, as the forward
-// skips it, and so are the slots of packed rows that hold no row.
+// q_copy, rotated (without tables: rotary_dim 0, every dimension a copy) at copy_slot's position,
+// in the split kernel's float math (append_kernel.cuh's rotated), rounded to T as the split kernel
+// rounds its rotated rows for the mma.
 template <typename T>
 __global__ void __launch_bounds__(kRotateThreads) route_copy_q_kernel(const tileattn_kvcache_params p,
                                                                         const int32_t* lengths, const RouteQLayout layout,
                                                                         T* q_copy) {
-  const int slot = blockIdx.x, b = blockIdx.y;
-  if (lengths[b] < 0) return;
   const tileattn_fwd_params& f = p.fwd;
-  const QuerySlots slots = query_slots(f, b);
-  if (!slots.live(slot)) return;
-  const bool per_row_position = rotary_position_per_row(f);
-  const int64_t position = sequence_keys(p, b).seqlen + (per_row_position ? slot : 0);
+  const CopySlot copy = copy_slot(p, lengths, layout);
+  if (!copy.live) return;
   const int pairs = p.rotary_dim / 2;
   const int items_per_head = f.head_dim - pairs;  // the pairs, then head_dim - rotary_dim copies
   const int items = f.num_heads * items_per_head;
-  const T* row = static_cast<const T*>(f.q) + slots.offset(slot, 0, f.q_batch_stride, f.q_row_stride, 0);
-  T* out = q_copy + slots.offset(slot, 0, layout.batch_stride, layout.row_stride, 0);
+  const T* row = static_cast<const T*>(f.q) + copy.q_offset;
+  T* out = q_copy + copy.copy_offset;
   for (int i0 = threadIdx.x; i0 < items; i0 += kRotateBatch * kRotateThreads) {
     RotaryInputs<T> in[kRotateBatch];
     int64_t at_a[kRotateBatch], at_b[kRotateBatch];  // the item's elements in the output row; at_b -1 for a copy
@@ -66,7 +84,7 @@ __global__ void __launch_bounds__(kRotateThreads) route_copy_q_kernel(const tile
       in[u].first = true;
       if (in[u].rotated) {
         const int2 pair = rotary_pair(p, k);
-        const int64_t at = rotary_at(p, position, k);
+        const int64_t at = rotary_at(p, copy.position, k);
         in[u].xa = x[pair.x];
         in[u].xb = x[pair.y];
         in[u].c = static_cast<const T*>(p.rotary_cos)[at];
@@ -108,22 +126,18 @@ template <typename T, bool kInterleaved>
 __global__ void __launch_bounds__(kRotateThreads) route_copy_q_vec_kernel(const tileattn_kvcache_params p,
                                                                             const int32_t* lengths,
                                                                             const RouteQLayout layout, T* q_copy) {
-  const int slot = blockIdx.x, b = blockIdx.y;
-  if (lengths[b] < 0) return;
   const tileattn_fwd_params& f = p.fwd;
-  const QuerySlots slots = query_slots(f, b);
-  if (!slots.live(slot)) return;
-  const bool per_row_position = rotary_position_per_row(f);
-  const int64_t position = sequence_keys(p, b).seqlen + (per_row_position ? slot : 0);
+  const CopySlot copy = copy_slot(p, lengths, layout);
+  if (!copy.live) return;
   constexpr int kAngles = kInterleaved ? 4 : 8;  // angles an item uses
   const int half = p.rotary_dim / 2;
   const int rotary_items = half / kAngles;
   const int items_per_head = rotary_items + (f.head_dim - p.rotary_dim) / 8;
   const int items = f.num_heads * items_per_head;
-  const T* row = static_cast<const T*>(f.q) + slots.offset(slot, 0, f.q_batch_stride, f.q_row_stride, 0);
-  T* out = q_copy + slots.offset(slot, 0, layout.batch_stride, layout.row_stride, 0);
-  const T* cos_row = static_cast<const T*>(p.rotary_cos) + rotary_at(p, position, 0);
-  const T* sin_row = static_cast<const T*>(p.rotary_sin) + rotary_at(p, position, 0);
+  const T* row = static_cast<const T*>(f.q) + copy.q_offset;
+  T* out = q_copy + copy.copy_offset;
+  const T* cos_row = static_cast<const T*>(p.rotary_cos) + rotary_at(p, copy.position, 0);
+  const T* sin_row = static_cast<const T*>(p.rotary_sin) + rotary_at(p, copy.position, 0);
   using Row8 = Elements<T, 8>;
   using Angles = Elements<T, kAngles>;
   for (int i0 = threadIdx.x; i0 < items; i0 += kRotateVecBatch * kRotateThreads) {

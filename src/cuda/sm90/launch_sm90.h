@@ -21,6 +21,7 @@
 #include "cuda/sm90/launch_api_sm90.h"
 #include "cuda/sm90/left_window_sm90.h"
 #include "cuda/sm90/paged_boxes_sm90.h"
+#include "cuda/sm90/pair_major_order.h"
 #include "cuda/sm90/sequence_bounds_sm90.h"
 #include "cuda/sm90/short_walk.h"
 #include "cuda/sm90/staggered_order.h"
@@ -120,7 +121,7 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   const int num_tiles = num_m_groups * p.batch * p.num_heads;
   int groups = std::min(num_tiles, slots);
   prm.scheduler = TileScheduler::make(num_m_groups, p.batch, p.num_heads, p.num_heads_k, kv_bytes_per_head, uneven,
-                                      groups, use_staggered_halves(Traits::kHeadDim));
+                                      groups, use_staggered_halves(Traits::kHeadDim), pair_major_choice());
 
   const auto launch = [&](auto chosen) {
     if constexpr (kCluster > 1) {

@@ -45,7 +45,18 @@
 // at the start; a half-group keeps the zigzag pairs of its two rounds, so each CTA's load stays
 // what it was.  The last half-group, possibly partial, goes to the first half, so the CTAs of
 // neither half idle between tiles (a CTA stops at its first tile >= num_tiles).
-// Integer arithmetic with its four divisors prepared on the host (common/fast_divisor.h), compiled
+// Pair-major groups (`pair_major`): a two-round group's heads read their K/V in its first round
+// and again in its second (their shortest tiles), from L2 where the group's K/V fit there.  Where
+// they do not (more than the 50 MB L2: queries a few blocks long against long keys, as chunked
+// prefill, or the KV-cache route's packed heads: 64 rows x 4 query heads over 4k keys, a group of
+// 132 KV heads x 2 MB), the second round reads them from HBM again: that packed causal call took
+// 425 us on the H100 against 267 non-causal (session 66).  There a group runs (batch, head) pair
+// by pair, each pair's blocks longest first, so a head's tiles run side by side in one round and
+// its K/V come from HBM once (that call: 264 us, session 67).  The zigzag's pairs still add up to
+// a constant: two rounds hold 2 grid tiles, a multiple of the query blocks, so the slot that takes
+// a head's c-th longest tile in the first round takes some head's c-th shortest in the second.
+// The sweep's groups (at most 33 MB: d256 at 512 and 1k tokens) keep their order.
+// Integer arithmetic with its divisors prepared on the host (common/fast_divisor.h), compiled
 // for the host too: tests/cpp/test_tile_scheduler.cpp checks that every tile runs exactly once.
 #pragma once
 
@@ -62,6 +73,10 @@ struct TileCoords {
   int m_block, head, batch;
 };
 
+// Whether two-round groups go pair by pair (TILEATTN_FORWARD_PAIR_MAJOR, pair_major_order.h):
+// kAuto where the group's K/V exceed the L2.
+enum class PairMajor { kAuto, kOn, kOff };
+
 struct TileScheduler {
   int num_m_blocks;
   int num_heads;    // query heads
@@ -69,6 +84,7 @@ struct TileScheduler {
   int group_pairs;  // (batch, head) pairs per L2 group
   int num_tiles;
   bool longest_first;
+  bool pair_major;        // a group's tiles (batch, head) pair by pair (else query block by block)
   int rotation;           // slots a group of rounds shifts by (0: fixed slots)
   int group_rounds_log2;  // log2 of the rounds in a group (1 or 2) when rotation != 0
   // Staggered halves (0: off): half the grid's CTAs; then group_pairs is a half-group's.
@@ -80,8 +96,10 @@ struct TileScheduler {
   FastDivisor by_heads;        // num_heads
   FastDivisor by_grid;         // the grid make() was given (the slot shift wraps around it)
   FastDivisor by_half;         // half (1 when not staggered)
+  FastDivisor by_m_blocks;     // num_m_blocks
 
   static constexpr int kMaxGroupedMBlocks = 16;  // 2k tokens at d128 and d256, 3k at d64
+  static constexpr int64_t kL2Bytes = 50ll << 20;  // H100's and H200's L2
 
   // Pairs in a group of exactly 2 or 4 rounds of `grid` tiles, or 0 when neither divides evenly.
   static int64_t round_group(int num_m_blocks, int grid) {
@@ -102,9 +120,11 @@ struct TileScheduler {
   }
 
   // Host side: the groups from the K/V bytes of one head (equal tiles) or the grid (uneven tiles),
-  // in staggered halves where `stagger` asks for them and can_stagger allows.
+  // pair by pair as `pair_major` says, else in staggered halves where `stagger` asks for them and
+  // can_stagger allows.
   static TileScheduler make(int num_m_blocks, int batch, int num_heads, int num_heads_k,
-                            int64_t kv_bytes_per_head, bool longest_first, int grid, bool stagger = false) {
+                            int64_t kv_bytes_per_head, bool longest_first, int grid, bool stagger = false,
+                            PairMajor pair_major = PairMajor::kAuto) {
     TileScheduler s;
     s.num_m_blocks = num_m_blocks;
     s.num_heads = num_heads;
@@ -116,7 +136,10 @@ struct TileScheduler {
     s.rotation = 0;
     s.group_rounds_log2 = 0;
     s.half = 0;
-    if (longest_first && stagger && can_stagger(num_m_blocks, s.num_pairs, grid)) {
+    const bool two_rounds = longest_first && num_m_blocks <= kMaxGroupedMBlocks && 2ll * grid % num_m_blocks == 0;
+    const bool past_l2 = 2ll * grid / num_m_blocks * per_pair > kL2Bytes;
+    s.pair_major = two_rounds && (pair_major == PairMajor::kOn || (pair_major == PairMajor::kAuto && past_l2));
+    if (longest_first && stagger && !s.pair_major && can_stagger(num_m_blocks, s.num_pairs, grid)) {
       s.half = grid / 2;
       group = grid / num_m_blocks;
       s.rotation = static_cast<int>(0.618 * s.half + 0.5) % s.half;
@@ -141,6 +164,7 @@ struct TileScheduler {
     s.by_heads = FastDivisor::make(num_heads);
     s.by_grid = FastDivisor::make(grid);
     s.by_half = FastDivisor::make(s.half > 0 ? s.half : 1);
+    s.by_m_blocks = FastDivisor::make(num_m_blocks);
     return s;
   }
 
@@ -196,16 +220,24 @@ struct TileScheduler {
     return tile < num_tiles ? tile : num_tiles;
   }
 
-  // tile in [0, num_tiles): group-major, then query block, then (batch, head) pair.
+  // tile in [0, num_tiles): group-major, then query block, then (batch, head) pair; or with
+  // pair_major, then pair, then query block.
   TILEATTN_HOST_DEVICE TileCoords coords(int tile) const {
     const int group_tiles = group_pairs * num_m_blocks;
     const int group = by_group_tiles.div(tile);
     const int in_group = tile - group * group_tiles;
     const int first_pair = group * group_pairs;
-    const bool short_group = num_pairs - first_pair < group_pairs;  // the last group may be short
-    const FastDivisor& by_pairs = short_group ? by_last_pairs : by_group_pairs;
-    const int m_rank = by_pairs.div(in_group);
-    const int pair = first_pair + (in_group - m_rank * static_cast<int>(by_pairs.divisor));
+    int m_rank, pair;
+    if (pair_major) {
+      const int pair_rank = by_m_blocks.div(in_group);
+      m_rank = in_group - pair_rank * num_m_blocks;
+      pair = first_pair + pair_rank;
+    } else {
+      const bool short_group = num_pairs - first_pair < group_pairs;  // the last group may be short
+      const FastDivisor& by_pairs = short_group ? by_last_pairs : by_group_pairs;
+      m_rank = by_pairs.div(in_group);
+      pair = first_pair + (in_group - m_rank * static_cast<int>(by_pairs.divisor));
+    }
     TileCoords c;
     c.m_block = longest_first ? num_m_blocks - 1 - m_rank : m_rank;
     c.batch = by_heads.div(pair);
