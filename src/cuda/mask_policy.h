@@ -58,15 +58,22 @@ __device__ __forceinline__ KeyBlockRange key_block_range(int m0, int block_m, in
 // right windows and the seqlen_k edge hide only columns past `last`) and a score takes one compare
 // and a select instead of two compares and a select.  At the H200's power cap the instructions
 // are joules: causal d128 512 +2.6%, d64 512 +2.2% back to back (session 43).
+// The mask's row of a query row: the row itself, except where the KV-cache route packs a KV
+// group's query heads into a token's rows (sm90/row_tokens.h's RowTokens reads the row's token).
+struct RowIsToken {
+  __device__ __forceinline__ int token(int row) const { return row; }
+};
+
 struct VisibilityMask {
-  int seqlen_q, seqlen_k, window_left, window_right;
+  int seqlen_q, seqlen_k, window_left, window_right;  // seqlen_q in tokens
 
   // scores and coords: (rows, cols) views; coords hold tile-local (row, col).
-  template <bool kLeftEdge = true, typename TensorS, typename TensorC>
-  __device__ __forceinline__ void apply(TensorS& scores, TensorC const& coords, int m0, int n0) const {
+  template <bool kLeftEdge = true, typename TensorS, typename TensorC, typename Rows = RowIsToken>
+  __device__ __forceinline__ void apply(TensorS& scores, TensorC const& coords, int m0, int n0,
+                                        Rows const& rows = {}) const {
     CUTE_UNROLL
     for (int r = 0; r < cute::size<0>(scores); ++r) {
-      const int row = m0 + cute::get<0>(coords(r, 0));
+      const int row = rows.token(m0 + cute::get<0>(coords(r, 0)));
       const ColumnRange visible = visible_columns(row, seqlen_q, seqlen_k, window_left, window_right);
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(scores); ++c) {

@@ -151,8 +151,8 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
       auto scores_of_block = [&](int n) __attribute__((always_inline)) {
         score_policy.apply(scores, coords, row0, n * kBlockN);
         if (range.needs_mask(n, kBlockN)) {
-          apply_rows_mask<masks_left_edge<Traits, ScorePolicy, DropoutPolicy>()>(mask, row_tokens, scores, coords,
-                                                                                  row0, n * kBlockN);
+          mask.apply<masks_left_edge<Traits, ScorePolicy, DropoutPolicy>()>(scores, coords, row0, n * kBlockN,
+                                                                            row_tokens);
         }
       };
       float correction[kRowsPerThread];

@@ -44,26 +44,4 @@ __device__ __forceinline__ KeyBlockRange rows_key_block_range(int m0, int block_
                          window_right);
 }
 
-// VisibilityMask::apply with row r read as its token (`mask` counts tokens: its seqlen_q is the
-// sequence's rows / g).
-template <bool kLeftEdge, typename TensorS, typename TensorC>
-__device__ __forceinline__ void apply_rows_mask(VisibilityMask const& mask, RowTokens const& rows, TensorS& scores,
-                                                TensorC const& coords, int m0, int n0) {
-  CUTE_UNROLL
-  for (int r = 0; r < cute::size<0>(scores); ++r) {
-    const int token = rows.token(m0 + cute::get<0>(coords(r, 0)));
-    const ColumnRange visible =
-        visible_columns(token, mask.seqlen_q, mask.seqlen_k, mask.window_left, mask.window_right);
-    CUTE_UNROLL
-    for (int c = 0; c < cute::size<1>(scores); ++c) {
-      const int col = n0 + cute::get<1>(coords(r, c));
-      if constexpr (kLeftEdge) {
-        if (col < visible.first || col > visible.last) scores(r, c) = -INFINITY;
-      } else {
-        if (col > visible.last) scores(r, c) = -INFINITY;
-      }
-    }
-  }
-}
-
 }  // namespace tileattn::cuda::sm90
