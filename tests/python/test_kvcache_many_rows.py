@@ -121,12 +121,12 @@ def test_packed_heads(case, monkeypatch):
 
 @sm90_only
 def test_auto_packs_heads_where_the_tiles_take_fewer_rounds(monkeypatch):
-    """Under auto the route packs a call's heads when a KV group's rows fit one tile (128 rows at
-    d128) and its packed tiles need fewer rounds of the SMs: 40 sequences x 32 query heads of 16
-    rows are 1280 tiles unpacked, 320 packed; 2 sequences are 64 and 16, one round either way, and
-    stay unpacked, and so do 40 sequences of 64 rows (256 rows a group)."""
+    """Under auto the route packs a call's heads when its packed tiles need fewer rounds of the
+    SMs (128-row tiles at d128, 132 SMs): 40 sequences x 32 query heads of 16 rows are 1280 tiles
+    unpacked, 320 packed, and of 64 rows 1280 against 640 (two tiles a group); 2 sequences are 64
+    and 16, one round either way, and 40 of 128 rows 1280 either way: those stay unpacked."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
-    for batch, rows, packs in ((40, 16, True), (2, 16, False), (40, 64, False)):
+    for batch, rows, packs in ((40, 16, True), (40, 64, True), (2, 16, False), (40, 128, False)):
         opts = dict(DEFAULTS, heads=32, heads_k=8, dim=128, seqlen_new=0, seqlen_q=rows, causal=True)
         lengths = torch.tensor([(37 * b) % 250 + 1 for b in range(batch)], dtype=torch.int32)
         args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=batch, capacity=256,

@@ -163,14 +163,14 @@ bool route_packs_heads(const KvCacheParams& p, bool can_pack) {
   const int choice = env_choice("TILEATTN_KVCACHE_PACK_GQA", {"auto", "on", "off"});
   if (choice == 2 || !can_pack) return false;
   if (choice == 1) return true;
-  // Measured on an H100 (32 x 4k keys, 32 query heads over 8, d128, CUDA graphs, session 66): 8-32
-  // rows a sequence (a group's rows fit one tile) 277-286 us unpacked -> 199-223 packed, causal
-  // alike; at 64 rows (two tiles a group) 295 -> 267 non-causal but 291 -> 425 causal, at 128
-  // rows 384 -> 482; at 4 sequences (one round either way) unpacked led, 16 rows 40 us against 47.
-  // So: a group's rows within one tile, and fewer rounds of the SMs.
+  // Measured on an H100 (32 x 4k keys, 32 query heads over 8, d128, CUDA graphs): 8-32 rows a
+  // sequence (a group's rows in one tile) 277-286 us unpacked -> 199-223 packed, causal alike; at
+  // 4 sequences (one round either way) unpacked led, 16 rows 40 us against 47 (session 66).  Past
+  // one tile a group, since the scheduler's pair-major groups (session 67): 64 rows 288-292 -> 264
+  // non-causal and causal, 96 rows 374-391 -> 372-376 (6 rounds against 8); 128 rows, as many
+  // rounds either way, 384-400 -> 480-488.  So: fewer rounds of the SMs.
   const int g = p.fwd.num_heads / p.fwd.num_heads_k;
   const int64_t group_rows = static_cast<int64_t>(p.fwd.seqlen_q) * g;
-  if (group_rows > sm90_block_m(p.fwd.head_dim)) return false;
   const int sms = sm_count();
   return tile_rounds(p, group_rows, p.fwd.num_heads_k, sms) < tile_rounds(p, p.fwd.seqlen_q, p.fwd.num_heads, sms);
 }
