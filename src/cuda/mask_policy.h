@@ -52,18 +52,19 @@ __device__ __forceinline__ KeyBlockRange key_block_range(int m0, int block_m, in
   return range;
 }
 
-// Sets scores of invisible (row, col) pairs to -inf: the causal / sliding-window rule of
-// common/mask.h, which also hides columns at or past seqlen_k.  Applied to masked blocks only.
-// kLeftEdge false: the caller guarantees window_left < 0, so no row has a left edge (causal masks,
-// right windows and the seqlen_k edge hide only columns past `last`) and a score takes one compare
-// and a select instead of two compares and a select.  At the H200's power cap the instructions
-// are joules: causal d128 512 +2.6%, d64 512 +2.2% back to back (session 43).
 // The mask's row of a query row: the row itself, except where the KV-cache route packs a KV
 // group's query heads into a token's rows (sm90/row_tokens.h's RowTokens reads the row's token).
 struct RowIsToken {
   __device__ __forceinline__ int token(int row) const { return row; }
 };
 
+// Sets scores of invisible (row, col) pairs to -inf: the causal / sliding-window rule of
+// common/mask.h, read at each row's token (`rows`), which also hides columns at or past seqlen_k.
+// Applied to masked blocks only.  kLeftEdge false: the caller guarantees window_left < 0, so no
+// row has a left edge (causal masks, right windows and the seqlen_k edge hide only columns past
+// `last`) and a score takes one compare and a select instead of two compares and a select.  At the
+// H200's power cap the instructions are joules: causal d128 512 +2.6%, d64 512 +2.2% back to back
+// (session 43).
 struct VisibilityMask {
   int seqlen_q, seqlen_k, window_left, window_right;  // seqlen_q in tokens
 
