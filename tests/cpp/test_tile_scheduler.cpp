@@ -207,6 +207,12 @@ TEST(Sm90TileScheduler, StaggeredHalvesSpreadTheLoads) {
     EXPECT_GE(before, 1.8);
     EXPECT_LE(after, 1.2);
     EXPECT_LE(max_load_over_mean(staggered, c.grid, [](int m_block) { return m_block + 1; }), 1.05);
+    // Pair-major groups (forced on: these groups fit the L2) spread them as evenly, each round
+    // starting grid / m_blocks heads whose tiles all run in it.
+    const TileScheduler pair_major =
+        TileScheduler::make(c.m_blocks, c.batch, c.heads, c.heads, 1 << 19, true, c.grid, true, PairMajor::kOn);
+    ASSERT_TRUE(pair_major.pair_major);
+    EXPECT_LE(max_round_loads_over_mean(pair_major, c.grid), 1.2);
   }
 }
 
