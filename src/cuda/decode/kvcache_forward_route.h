@@ -40,8 +40,8 @@ bool forward_route_taken(const KvCacheParams& p);
 // pack_gqa; sm90/packed_heads_sm90.h): q copied so that KV head h's rows are its g query heads
 // token by token, the forward run over Hk heads of seqlen_q * g rows, its out and LSE copied back.
 // Possible on the sm90 family for q in batch form without ALiBi (whose slope is a query head's);
-// TILEATTN_KVCACHE_PACK_GQA = auto (default) | on | off, read on every call: `auto` packs where a
-// KV group's rows fit one tile and the packed tiles take fewer rounds of the SMs than the unpacked.
+// TILEATTN_KVCACHE_PACK_GQA = auto (default) | on | off, read on every call: `auto` packs where the
+// packed tiles take fewer rounds of the SMs than the unpacked.
 // route_can_pack_heads is asked of a call forward_route_possible accepts, route_packs_heads with
 // its answer.
 bool route_can_pack_heads(const KvCacheParams& p);
