@@ -76,13 +76,9 @@ int64_t round256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 int64_t q_elements_bytes(const KvCacheParams& p) { return rows_of_q(p.fwd) * p.fwd.num_heads * p.fwd.head_dim * 2; }
 int64_t lse_bytes(const KvCacheParams& p) { return rows_of_q(p.fwd) * p.fwd.num_heads * int64_t{sizeof(float)}; }
 
-int sm90_block_m(int head_dim) {
-  return sm90::kRowsPerConsumer * sm90::sm90_consumers(sm90::sm90_head_dim_bucket(head_dim));
-}
-
 // Tiles of `rows` query rows a head, in rounds of `sms` tiles.
 int64_t tile_rounds(const KvCacheParams& p, int64_t rows, int heads, int sms) {
-  const int block_m = sm90_block_m(p.fwd.head_dim);
+  const int block_m = sm90::sm90_block_m(sm90::sm90_head_dim_bucket(p.fwd.head_dim));
   const int64_t tiles = (rows + block_m - 1) / block_m * heads * p.fwd.batch;
   return (tiles + sms - 1) / sms;
 }

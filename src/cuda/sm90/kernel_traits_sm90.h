@@ -30,7 +30,7 @@ struct Sm90Traits {
   static constexpr int kClusterSize = 1;     // CTAs sharing each K/V load (cluster_sm90.h)
   static constexpr int kRows = kRowsPerConsumer;  // query rows of one consumer warpgroup
   static constexpr int kConsumers = sm90_consumers(kHeadDim_);
-  static constexpr int kBlockM = kConsumers * kRowsPerConsumer;  // query rows per tile
+  static constexpr int kBlockM = sm90_block_m(kHeadDim_);  // query rows per tile
   static constexpr int kConsumerThreads = kConsumers * 128;
   static constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
   // setmaxnreg: the producer keeps 24 registers a thread, the consumers share the rest of the

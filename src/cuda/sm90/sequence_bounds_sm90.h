@@ -89,6 +89,12 @@ struct KvBlock {
   int unit, block;
 };
 
+template <int kBlockN>
+__device__ __forceinline__ KvBlock kv_block_at(KvIndex const& kv, int entry, int n) {
+  const int per_page = kv.page_size / kBlockN;
+  return {kv.block_table[entry * kv.table_stride + n / per_page], n % per_page};
+}
+
 // Key `key` of sequence b (head kv_head) in K, element by element (the rescore's reads): in place
 // (k_offset), or on the KV-cache route (kv.num_units > 0) in the sequence's cache entry, and with
 // pages in page block_table[entry][key / page_size] at row key % page_size.
@@ -96,7 +102,9 @@ template <bool kIndexed, typename Element>
 __device__ __forceinline__ const Element* key_row(ForwardParams const& p, KvIndex const& kv, SequenceView const& seq,
                                                   int b, int kv_head, int key) {
   const Element* k = static_cast<const Element*>(p.k);
-  if (!kIndexed || kv.num_units == 0) return k + k_offset(seq, p.k_batch_stride, p.k_row_stride, p.k_head_stride, key, kv_head);
+  if (!kIndexed || kv.num_units == 0) {
+    return k + k_offset(seq, p.k_batch_stride, p.k_row_stride, p.k_head_stride, key, kv_head);
+  }
   const int entry = kv_entry(kv, b, tma_batch(seq));
   int unit = entry, row = key;
   if (kv.block_table != nullptr) {
@@ -104,12 +112,6 @@ __device__ __forceinline__ const Element* key_row(ForwardParams const& p, KvInde
     row = key % kv.page_size;
   }
   return k + unit * p.k_batch_stride + int64_t(row) * p.k_row_stride + int64_t(kv_head) * p.k_head_stride;
-}
-
-template <int kBlockN>
-__device__ __forceinline__ KvBlock kv_block_at(KvIndex const& kv, int entry, int n) {
-  const int per_page = kv.page_size / kBlockN;
-  return {kv.block_table[entry * kv.table_stride + n / per_page], n % per_page};
 }
 
 }  // namespace tileattn::cuda::sm90

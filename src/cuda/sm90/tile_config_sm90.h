@@ -23,6 +23,9 @@ constexpr int kMaxConsumers = 3;
 // 192-row tile).
 constexpr int sm90_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 
+// Query rows of a tile: 192 at d64, 128 above.
+constexpr int sm90_block_m(int head_dim) { return sm90_consumers(head_dim) * kRowsPerConsumer; }
+
 // The head-dim buckets compiled for sm90.  Head dims between two buckets run in the larger one:
 // TMA zero-fills the columns past head_dim on load and clips them on store.
 constexpr int kSm90HeadDimBuckets[] = {64, 128, 256};

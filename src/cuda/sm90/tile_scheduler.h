@@ -136,19 +136,21 @@ struct TileScheduler {
     s.rotation = 0;
     s.group_rounds_log2 = 0;
     s.half = 0;
-    const bool two_rounds = longest_first && num_m_blocks <= kMaxGroupedMBlocks && 2ll * grid % num_m_blocks == 0;
-    const bool past_l2 = 2ll * grid / num_m_blocks * per_pair > kL2Bytes;
+    // Pairs in a group of whole rounds of longest-first tiles (0: the whole-call order).
+    const int64_t grouped =
+        longest_first && num_m_blocks <= kMaxGroupedMBlocks ? round_group(num_m_blocks, grid) : 0;
+    const bool two_rounds = grouped * num_m_blocks == 2ll * grid;
+    const bool past_l2 = grouped * per_pair > kL2Bytes;
     s.pair_major = two_rounds && (pair_major == PairMajor::kOn || (pair_major == PairMajor::kAuto && past_l2));
     if (longest_first && stagger && !s.pair_major && can_stagger(num_m_blocks, s.num_pairs, grid)) {
       s.half = grid / 2;
       group = grid / num_m_blocks;
       s.rotation = static_cast<int>(0.618 * s.half + 0.5) % s.half;
     } else if (longest_first) {
-      const int64_t grouped = num_m_blocks <= kMaxGroupedMBlocks ? round_group(num_m_blocks, grid) : 0;
       group = grouped > 0 ? grouped : s.num_pairs;
       if (grouped > 0 && grouped < s.num_pairs) {
         s.rotation = static_cast<int>(0.618 * grid + 0.5) % grid;
-        s.group_rounds_log2 = grouped * num_m_blocks == 2ll * grid ? 1 : 2;
+        s.group_rounds_log2 = two_rounds ? 1 : 2;
       }
     }
     if (group < 1) group = 1;
