@@ -182,6 +182,10 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       const int rows = std::min(kBwdBlockM, seq.seqlen_q - row0);
       const KeySpan span = key_span(rule, row0, rows);
       if (span.first > span.last || span.last < col0 || span.first >= col0 + cols) continue;
+      // The key tile's columns up to the last one a row of the query tile sees: on a causal
+      // diagonal the upper query tile of a 256-key tile sees its first 128 keys only, and its
+      // products over the others were masked whole (a tenth of a causal S = 1024 backward).
+      const int seen = std::min(cols, span.last + 1 - col0);
 
       const int query_tile = row0 / kBwdBlockM;
       // The sgemm path's float32 Q and dO rows (the AMX path reads its packed blocks).
@@ -190,7 +194,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
           packed ? Matrix{} : tile_operand(TILEATTN_FLOAT32, dout, seq, row0, rows, task.head, dim, w.dout.data());
       // S = Q K^T and dP = dO V^T on AMX: the packed query-side block times K^T or V^T as pairs.
       auto scores_on_amx = [&](PackedQueryTiles::Block rows_block, const uint16_t* keys_transposed, float* c) {
-        amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), packed->depth(),
+        amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(seen, amx::kColsPerTile), packed->depth(),
                      {packed->block(rows_block, task.batch_index, task.head, query_tile), packed->depth()},
                      {keys_transposed, 2 * kBwdBlockN}, c, kBwdBlockN, false);
       };
@@ -203,53 +207,53 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       if (packed != nullptr) {
         scores_on_amx(PackedQueryTiles::kQ, w.k_transposed.data(), w.probs.data());
       } else {
-        gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBwdBlockN);
+        gemm_nt(rows, seen, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBwdBlockN);
       }
-      finish_scores(rule, w.probs.data(), kBwdBlockN, row0, rows, col0, cols,
-                    !tile_is_clean(span, col0, cols), softcap ? w.dtanh.data() : nullptr);
+      finish_scores(rule, w.probs.data(), kBwdBlockN, row0, rows, col0, seen,
+                    !tile_is_clean(span, col0, seen), softcap ? w.dtanh.data() : nullptr);
       for (int r = 0; r < rows; ++r) {
         float* prob = w.probs.data() + r * kBwdBlockN;
-        exp2_shifted(prob, w.lse_log2[r], cols, prob);
+        exp2_shifted(prob, w.lse_log2[r], seen, prob);
       }
       // dP = dO V^T
       if (packed != nullptr) {
         scores_on_amx(PackedQueryTiles::kDout, w.v_transposed.data(), w.dprobs.data());
       } else {
-        gemm_nt(rows, cols, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
+        gemm_nt(rows, seen, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
       }
 
       if (dropout.enabled) {
         // The forward used Z o P / (1 - p): dV sees the dropped P, dS the dropped dP.
         for (int r = 0; r < rows; ++r) {
-          dropout.apply_row(w.dprobs.data() + r * kBwdBlockN, row0 + r, col0, cols, false);
+          dropout.apply_row(w.dprobs.data() + r * kBwdBlockN, row0 + r, col0, seen, false);
         }
       }
       // dS = P o (dP - D), times tanh' under softcap.  Computed before P is overwritten by Z o P.
       for (int r = 0; r < rows; ++r) {
         const float* prob = w.probs.data() + r * kBwdBlockN;
         float* ds = w.dprobs.data() + r * kBwdBlockN;
-        for (int c = 0; c < cols; ++c) ds[c] = prob[c] * (ds[c] - w.delta[r]);
+        for (int c = 0; c < seen; ++c) ds[c] = prob[c] * (ds[c] - w.delta[r]);
         if (softcap) {
           const float* dt = w.dtanh.data() + r * kBwdBlockN;
-          for (int c = 0; c < cols; ++c) ds[c] *= dt[c];
+          for (int c = 0; c < seen; ++c) ds[c] *= dt[c];
         }
       }
       if (dropout.enabled) {
         for (int r = 0; r < rows; ++r) {
-          dropout.apply_row(w.probs.data() + r * kBwdBlockN, row0 + r, col0, cols, false);
+          dropout.apply_row(w.probs.data() + r * kBwdBlockN, row0 + r, col0, seen, false);
         }
       }
       // dV += (Z o P)^T dO;  dK += dS^T Q;  dQ += dS K.
       float* dq_rows = dq_partial + packed_q_row(f, seq, row0) * dim;
       if (packed != nullptr) {
-        accumulate_on_amx(*packed, task, query_tile, rows, cols, dim, dq_rows, w);
+        accumulate_on_amx(*packed, task, query_tile, rows, seen, dim, dq_rows, w);
         continue;
       }
       const Matrix p_tile{w.probs.data(), kBwdBlockN};
       const Matrix ds_tile{w.dprobs.data(), kBwdBlockN};
-      gemm_tn(cols, dim, rows, p_tile, dout_tile, 1.0f, w.dv.data(), dim);
-      gemm_tn(cols, dim, rows, ds_tile, q_tile, 1.0f, w.dk.data(), dim);
-      gemm_nn(rows, dim, cols, ds_tile, k_tile, 1.0f, dq_rows, dim);
+      gemm_tn(seen, dim, rows, p_tile, dout_tile, 1.0f, w.dv.data(), dim);
+      gemm_tn(seen, dim, rows, ds_tile, q_tile, 1.0f, w.dk.data(), dim);
+      gemm_nn(rows, dim, seen, ds_tile, k_tile, 1.0f, dq_rows, dim);
     }
     const int64_t k_row = packed_k_row(f, seq, col0);
     float* dk_rows = buf.dk_expanded.data() + (task.head * buf.k_rows + k_row) * dim;

@@ -67,24 +67,28 @@ StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_
   return StridedRows{data, b, r, h, key_side};
 }
 
-// S = Q K^T for key columns col0 .. col0 + cols - 1 into w.scores (ld kFwdBlockN): on AMX from the
-// packed Q tile and the packed key tile (col0 a multiple of kFwdBlockN there) or from the cache's
-// rows in place (col0 a multiple of 16), else by sgemm.
-void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& tile, int head_k, int rows,
-                    int col0, int cols, int dim, const Matrix& q_tile, ForwardScratch& w) {
+// S = Q K^T for the tile's rows [row_lo, row_lo + rows) and key columns col0 .. col0 + cols - 1
+// into those rows of w.scores (ld kFwdBlockN): on AMX from the packed Q tile and the packed key tile
+// (col0 a multiple of kFwdBlockN there) or from the cache's rows in place (col0 a multiple of 16,
+// row_lo 0), else by sgemm.  On AMX row_lo is a multiple of its 16-row tiles.
+void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& tile, int head_k, int row_lo,
+                    int rows, int col0, int cols, int dim, const Matrix& q_tile, ForwardScratch& w) {
+  float* scores = w.scores.data() + static_cast<int64_t>(row_lo) * kFwdBlockN;
   if (in.packed != nullptr) {
     const int depth = in.packed->depth();
     amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), depth,
-                 {w.q_packed.data(), depth}, {in.packed->k_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * kFwdBlockN},
-                 w.scores.data(), kFwdBlockN, false);
+                 {w.q_packed.data() + static_cast<int64_t>(row_lo) * depth, depth},
+                 {in.packed->k_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * kFwdBlockN}, scores, kFwdBlockN,
+                 false);
     return;
   }
   if (in.cache_tiles) {
-    amx::cache_scores(in.k.rows, seq, head_k, col0, cols, rows, dim, *w.cache, w.scores.data(), kFwdBlockN);
+    amx::cache_scores(in.k.rows, seq, head_k, col0, cols, rows, dim, *w.cache, scores, kFwdBlockN);
     return;
   }
   const Matrix k_tile = tile_operand(in.kv_dtype, in.k.rows, seq, col0, cols, head_k, dim, w.k.data());
-  gemm_nt(rows, cols, dim, q_tile, k_tile, 0.0f, w.scores.data(), kFwdBlockN);
+  gemm_nt(rows, cols, dim, Matrix{q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld}, k_tile, 0.0f,
+          scores, kFwdBlockN);
 }
 
 // The first key column a query tile's sweep starts at.  Packed key tiles start at multiples of
@@ -102,7 +106,7 @@ void write_probs(const ForwardParams& p, const Inputs& in, const ScoreRule& rule
                  const SequenceView& seq, int head_k, ForwardScratch& w) {
   for (int col0 = first_column(in, span); span.first <= span.last && col0 <= span.last; col0 += kFwdBlockN) {
     const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
-    score_products(in, seq, tile, head_k, rows, col0, cols, p.head_dim, q_tile, w);
+    score_products(in, seq, tile, head_k, 0, rows, col0, cols, p.head_dim, q_tile, w);
     finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols, true, nullptr);
     for (int r = 0; r < rows; ++r) {
       float* prob = w.scores.data() + r * kFwdBlockN;
@@ -145,23 +149,36 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   const KeySpan span = key_span(rule, tile.row0, rows);
   for (int col0 = first_column(in, span); span.first <= span.last && col0 <= span.last; col0 += kFwdBlockN) {
     const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
+    // Only the rows that see a key of this tile take part, in whole 16-row slices [lo, hi) (AMX's
+    // tiles; rows of a slice that see none are masked as before): on a causal diagonal the upper
+    // rows of a 256-row tile see none of the second 128 keys, and computing them only to mask them
+    // made a causal S = 1024 call 1.25x the work of the visible part.  The rows outside the range
+    // keep their state: a key they do not see would add exp2(-inf) = 0.  A decode step on a cache
+    // in place (a few rows) runs all rows.
+    const RowRange seeing = in.cache_tiles ? RowRange{0, rows} : rows_seeing(rule, tile.row0, rows, col0, cols);
+    if (seeing.lo >= seeing.hi) continue;
+    const int lo = seeing.lo - seeing.lo % amx::kRowsPerTile;
+    const int hi = std::min(rows, amx::round_up(seeing.hi, amx::kRowsPerTile));
+    const int64_t lo_scores = static_cast<int64_t>(lo) * kFwdBlockN;
 
     // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.
-    score_products(in, seq, tile, head_k, rows, col0, cols, dim, q_tile, w);
+    score_products(in, seq, tile, head_k, lo, hi - lo, col0, cols, dim, q_tile, w);
     const bool clean = tile_is_clean(span, col0, cols);
     // Where t is just the product times a positive scale (no mask, softcap or ALiBi), the AMX
     // path folds the scale into the row max and the exp2 pass instead of a pass of its own over
     // the tile: about 5% of a bf16 forward (perf, D128 S2048).
     const bool scale_folded = fused_exp2 && clean && rule.softcap_log2 == 0.0f && rule.alibi_slope_log2 == 0.0f &&
                               rule.product_scale > 0.0f;
-    if (!scale_folded) finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols, !clean, nullptr);
+    if (!scale_folded) {
+      finish_scores(rule, w.scores.data() + lo_scores, kFwdBlockN, tile.row0 + lo, hi - lo, col0, cols, !clean, nullptr);
+    }
     const float scale = scale_folded ? rule.product_scale : 1.0f;
 
     // m_new = max(m, rowmax(t));  P = 2^(t - m_new);  l = 2^(m - m_new) l + rowsum(P);
     // O = 2^(m - m_new) O  (the division by l is deferred to the end).
     // On AMX, P's columns past `cols` are packed as zeros: the V rows they meet may be real keys.
     const int depth = amx::round_up(cols, amx::kDepthPerStep);
-    for (int r = 0; r < rows; ++r) {
+    for (int r = lo; r < hi; ++r) {
       float* t = w.scores.data() + r * kFwdBlockN;
       float rescale;
       const float base = w.rows[r].update_max(row_max(t, cols) * scale, &rescale);
@@ -173,20 +190,24 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
       if (rescale != 1.0f) scale_row(w.out.data() + r * w.out_ld, rescale, dim);
       if (dropout.enabled) dropout.apply_row(t, tile.row0 + r, col0, cols, false);
     }
-    // O += P V
+    // O += P V over the same rows.  On AMX their slices end at a multiple of 16 or at the tile's
+    // last row, whose padding rows of P are zero.
+    const int amx_rows = amx::round_up(hi, amx::kRowsPerTile) - lo;
+    float* out_rows = w.out.data() + static_cast<int64_t>(lo) * w.out_ld;
     if (amx_products && !fused_exp2) {
-      amx::pack_rows(w.scores.data(), kFwdBlockN, rows, cols, rows_padded, depth, w.p_packed.data(), kFwdBlockN);
+      amx::pack_rows(w.scores.data() + lo_scores, kFwdBlockN, hi - lo, cols, amx_rows, depth,
+                     w.p_packed.data() + lo_scores, kFwdBlockN);
     }
     if (in.cache_tiles) {
       amx::cache_accumulate_pv(in.v.rows, seq, head_k, col0, cols, rows_padded, dim, w.p_packed.data(), kFwdBlockN,
                                *w.cache, w.out.data(), w.out_ld);
     } else if (packed != nullptr) {
-      amx::product(rows_padded, packed->columns(), depth, {w.p_packed.data(), kFwdBlockN},
+      amx::product(amx_rows, packed->columns(), depth, {w.p_packed.data() + lo_scores, kFwdBlockN},
                    {packed->v_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * packed->columns()},
-                   w.out.data(), w.out_ld, true);
+                   out_rows, w.out_ld, true);
     } else {
       const Matrix v_tile = tile_operand(in.kv_dtype, in.v.rows, seq, col0, cols, head_k, dim, w.v.data());
-      gemm_nn(rows, dim, cols, Matrix{w.scores.data(), kFwdBlockN}, v_tile, 1.0f, w.out.data(), w.out_ld);
+      gemm_nn(hi - lo, dim, cols, Matrix{w.scores.data() + lo_scores, kFwdBlockN}, v_tile, 1.0f, out_rows, w.out_ld);
     }
   }
 

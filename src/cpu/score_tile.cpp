@@ -40,6 +40,17 @@ KeySpan key_span(const ScoreRule& rule, int row0, int rows) {
   return span;
 }
 
+RowRange rows_seeing(const ScoreRule& rule, int row0, int rows, int col0, int cols) {
+  auto sees = [&](int r) {
+    const ColumnRange c = visible_columns(row0 + r, rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
+    return c.first <= c.last && c.first < col0 + cols && c.last >= col0;
+  };
+  RowRange range{0, rows};
+  while (range.lo < rows && !sees(range.lo)) ++range.lo;
+  while (range.hi > range.lo && !sees(range.hi - 1)) --range.hi;
+  return range;
+}
+
 void finish_scores(const ScoreRule& rule, float* s, int lds, int row0, int rows, int col0,
                    int cols, bool mask, float* dtanh) {
   const float minus_inf = -std::numeric_limits<float>::infinity();

@@ -48,6 +48,15 @@ inline bool tile_is_clean(const KeySpan& span, int col0, int cols) {
   return col0 >= span.clean_first && col0 + cols - 1 <= span.clean_last;
 }
 
+// The rows of a query tile (row0, rows) that see a key in columns [col0, col0 + cols), local to the
+// tile: [lo, hi), empty (lo == hi) when none does.  Each row's visible columns move right with the
+// row (common/mask.h), so the rows that meet a column range are one run.
+struct RowRange {
+  int lo, hi;
+};
+
+RowRange rows_seeing(const ScoreRule& rule, int row0, int rows, int col0, int cols);
+
 // Turns s (rows x cols, leading dim lds) of raw products into logits t in place; with `mask`,
 // invisible entries become -inf.  dtanh, when given (softcap only), receives 1 - tanh^2 per entry.
 void finish_scores(const ScoreRule& rule, float* s, int lds, int row0, int rows, int col0,
