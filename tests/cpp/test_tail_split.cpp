@@ -14,12 +14,15 @@
 #include <vector>
 
 #include "cuda/sm90/tail_split.h"
+#include "cuda/sm90/tail_split_choice.h"
 
 namespace {
 
 using tileattn::cuda::sm90::PieceMerge;
 using tileattn::cuda::sm90::piece_merge;
 using tileattn::cuda::sm90::TailSplit;
+using tileattn::cuda::sm90::key_split_parts;
+using tileattn::cuda::sm90::TailSplitMode;
 using tileattn::cuda::sm90::TilePiece;
 
 // The pieces CTA `cta` runs after its whole-tile rounds, in order.
@@ -101,6 +104,73 @@ TEST(Sm90TailSplit, EveryKeyBlockRunsExactlyOnce) {
       for (int blocks : {1, 2, 3, 4, 7, 16, 64, 128, 256}) check_split(num_tiles, blocks, slots);
     }
   }
+}
+
+// The key split (sequence-bounds kernels): every (tile, part) unit run by exactly one CTA, each
+// writing its own slot, the merge's slots exactly the tile's pieces in part order, and the shares of
+// any device range [lo, hi) covering it once, in order, empty ranges (hi <= lo) giving empty shares.
+TEST(Sm90TailSplit, KeySplitRunsEveryPieceOnceAndSharesCoverTheRange) {
+  for (int slots : {132, 7, 1}) {
+    for (int num_tiles : {1, 2, 3, 8, 32, 65, 66, 200}) {
+      for (int parts : {2, 3, 4, 16}) {
+        SCOPED_TRACE(testing::Message() << num_tiles << " tiles x " << parts << " parts on " << slots << " SMs");
+        int grid = 0;
+        const TailSplit s = TailSplit::key_split(num_tiles, parts, slots, &grid);
+        ASSERT_EQ(grid, std::min(num_tiles * parts, slots));
+        ASSERT_EQ(s.first_tile, 0);
+        ASSERT_EQ(s.slots(), static_cast<int64_t>(num_tiles) * parts);
+        std::map<std::pair<int, int>, int> runs;
+        std::set<int> slots_used;
+        for (int cta = 0; cta < grid; ++cta) {
+          const std::vector<TilePiece> pieces = pieces_of_cta(s, cta, num_tiles);
+          ASSERT_FALSE(pieces.empty());
+          for (const TilePiece& p : pieces) {
+            ASSERT_EQ(p.parts, parts);
+            ASSERT_GE(p.part, 0);
+            ASSERT_LT(p.part, parts);
+            ASSERT_EQ(s.pieces_of(p.tile), parts);
+            ++runs[{p.tile, p.part}];
+            const int slot = s.own_slot(cta, p.tile, p);
+            ASSERT_TRUE(slots_used.insert(slot).second) << "slot " << slot << " twice";
+            ASSERT_EQ(slot, s.slot_at(p.tile, p.part));  // the merge reads it back in part order
+          }
+        }
+        ASSERT_EQ(static_cast<int>(runs.size()), num_tiles * parts);
+        for (const auto& [unit, count] : runs) ASSERT_EQ(count, 1) << unit.first << "/" << unit.second;
+      }
+    }
+  }
+  for (int parts : {2, 3, 5, 16}) {
+    for (int lo : {0, 3}) {
+      for (int hi : {-1, 0, 1, 2, 3, 4, 7, 17, 128, 1000}) {
+        int next = lo;
+        for (int part = 0; part < parts; ++part) {
+          const TailSplit::Share share = TailSplit::share_of(lo, hi, part, parts);
+          ASSERT_EQ(share.first, next) << lo << ".." << hi << " part " << part;
+          ASSERT_LE(share.first, share.last);
+          next = share.last;
+        }
+        ASSERT_EQ(next, std::max(lo, hi)) << lo << ".." << hi;
+      }
+    }
+  }
+}
+
+// Auto's key split: only calls whose tiles fill at most half of the 132 slots, over at least 8 key
+// blocks of the longest sequence, into as many parts as fit, each at least 4 blocks, at most 16;
+// `on` cuts every call, `off` none.
+TEST(Sm90TailSplit, KeySplitPartsFollowTheRule) {
+  const TailSplitMode a = TailSplitMode::kAuto;
+  EXPECT_EQ(key_split_parts(a, 32, 128, 132), 4);   // 32 route tiles over 16k keys: 128 CTAs
+  EXPECT_EQ(key_split_parts(a, 8, 128, 132), 16);   // capped at 16 parts
+  EXPECT_EQ(key_split_parts(a, 8, 32, 132), 8);     // 4 blocks a part at least
+  EXPECT_EQ(key_split_parts(a, 66, 128, 132), 2);   // half the slots
+  EXPECT_EQ(key_split_parts(a, 67, 128, 132), 0);   // more than half
+  EXPECT_EQ(key_split_parts(a, 8, 7, 132), 0);      // short keys
+  EXPECT_EQ(key_split_parts(a, 8, 8, 132), 2);
+  EXPECT_EQ(key_split_parts(TailSplitMode::kOn, 500, 1, 132), 2);
+  EXPECT_EQ(key_split_parts(TailSplitMode::kOn, 3, 1, 132), 16);
+  EXPECT_EQ(key_split_parts(TailSplitMode::kOff, 8, 128, 132), 0);
 }
 
 // The merge of a cut tile's pieces (piece_merge, folded in CTA order as tail_merge_sm90.h does) gives

@@ -10,12 +10,16 @@ shapes (seqlen_k off the 64- and 128-key blocks, d48 in the d64 bucket, no keys)
 the short-walk kernel (64-key blocks, four stages) when it is forced on every call
 (TILEATTN_FORWARD_SHORT_WALK=on; short_walk.h).  With the tail split forced
 (TILEATTN_FORWARD_TAIL_SPLIT=on; tail_split.h) every non-causal shape with keys runs its tiles cut
-into pieces of one to a few key blocks, and the pieces' partial results through the workspace.
+into pieces of one to a few key blocks, and the pieces' partial results through the workspace;
+the varlen calls (the sequence-bounds kernels) run every tile cut into shares of its own key range
+(the key split), sequences without keys or query rows among them.
 
     TILEATTN_FORWARD_KV_MULTICAST=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
     TILEATTN_FORWARD_SHORT_WALK=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
     TILEATTN_FORWARD_TAIL_SPLIT=on compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_forward.py
 """
+import itertools
+
 import torch
 
 import tileattn
@@ -34,6 +38,15 @@ def run():
         for causal in (False, True):
             out, lse, _ = tileattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
             assert torch.isfinite(out).all(), (sq, sk, d, causal)
+    for d in (64, 128):
+        seqlens_q, seqlens_k = [100, 0, 37, 5], [3000, 700, 0, 129]
+        cu_q, cu_k = (torch.tensor([0, *itertools.accumulate(n)], device=dev, dtype=torch.int32)
+                      for n in (seqlens_q, seqlens_k))
+        q = torch.randn(sum(seqlens_q), 4, d, device=dev, dtype=dt)
+        k, v = (torch.randn(sum(seqlens_k), 2, d, device=dev, dtype=dt) for _ in range(2))
+        for causal in (False, True):
+            out = tileattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=causal)
+            assert torch.isfinite(out).all(), ("varlen", d, causal)
     torch.cuda.synchronize()
     print("sanitize_forward: done")
 

@@ -1,6 +1,8 @@
 """Every bad input raises ValueError / TypeError / RuntimeError naming the argument, before
 anything runs; the SDPA (B, H, S, D) layout mistake is called out where shapes reveal it."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -319,6 +321,46 @@ def test_pair_major_choice(monkeypatch):
     _assert_tile_orders_agree(monkeypatch, "TILEATTN_FORWARD_PAIR_MAJOR",
                               [(512, 512, True, (-1, -1)), (500, 512, True, (-1, -1)), (512, 512, False, (256, 0)),
                                (256, 8192, True, (-1, -1)), (250, 8192, True, (-1, -1))])
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_key_split_of_sequence_bounds_calls(monkeypatch, head_dim):
+    """The sequence-bounds kernels (varlen, seqused_k) cut a call of few tiles into key shares on
+    the device (the key split, src/cuda/sm90/tail_split.h) under TILEATTN_FORWARD_TAIL_SPLIT: on
+    agrees with off to bf16 rounding, causal and windowed too, with sequences of no key and no query
+    row among them, gives the same bits on every run (the shares merge in part order), and auto
+    takes it for two sequences of 6k keys and 100 query rows (one tile a head)."""
+    if not (torch.cuda.is_available() and tileattn.has_cuda()
+            and torch.cuda.get_device_capability() == (9, 0)):
+        pytest.skip("the key split is the sm90 forward's")
+    monkeypatch.setenv("TILEATTN_FORWARD_FAMILY", "sm90")
+    monkeypatch.setenv("TILEATTN_FORWARD_SHORT_WALK", "off")
+    heads, heads_k = 4, 2
+    cases = [([100, 37], [6000, 5000], False, (-1, -1)), ([100, 0, 70], [300, 900, 0], True, (-1, -1)),
+             ([129, 5], [2000, 2000], False, (300, 0)), ([1, 17], [1, 1000], True, (-1, -1))]
+    for seqlens_q, seqlens_k, causal, window in cases:
+        q = torch.randn(sum(seqlens_q), heads, head_dim, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(sum(seqlens_k), heads_k, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        cu_q = torch.tensor([0] + list(itertools.accumulate(seqlens_q)), device="cuda", dtype=torch.int32)
+        cu_k = torch.tensor([0] + list(itertools.accumulate(seqlens_k)), device="cuda", dtype=torch.int32)
+        results = {}
+        for choice in ("on", "off", "auto", "on again"):
+            monkeypatch.setenv("TILEATTN_FORWARD_TAIL_SPLIT", choice.split()[0])
+            out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=causal,
+                                                 window_size=window, return_attn_probs=True)
+            results[choice] = (out.clone(), lse.clone())
+        on, off, auto, again = results["on"], results["off"], results["auto"], results["on again"]
+        assert torch.equal(on[0], again[0]) and torch.equal(on[1], again[1])
+        torch.testing.assert_close(on[0], off[0], rtol=0, atol=2e-2)
+        finite = torch.isfinite(off[1])
+        assert torch.equal(finite, torch.isfinite(on[1]))
+        torch.testing.assert_close(on[1][finite], off[1][finite], rtol=0, atol=1e-4)
+        if seqlens_k[0] >= 5000:
+            # Equal LSE bits would mean nothing was cut.  Auto cuts into fewer shares than on (at
+            # least 4 key blocks a share, on takes every slot), so its bits are its own.
+            assert not torch.equal(on[1], off[1]) and not torch.equal(auto[1], off[1])
+            torch.testing.assert_close(auto[0], off[0], rtol=0, atol=2e-2)
+            torch.testing.assert_close(auto[1], off[1], rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("head_dim, multicast", [(64, "off"), (128, "off"), (128, "on"), (256, "on")])

@@ -140,13 +140,20 @@ __device__ __forceinline__ KeyBlockRange cta_key_range(int m_block, SequenceView
   return range;
 }
 
-// A piece's key range: the tile's, cut to the piece's blocks (whole tiles: n_lo 0, n_hi huge).
-// The masking bounds stay the tile's: they are columns, not blocks.
+// A piece's key range: the tile's, cut to the piece's blocks (whole tiles: n_lo 0, n_hi huge), or
+// under the key split to its share of the tile's blocks (tail_split.h).  The masking bounds stay the
+// tile's: they are columns, not blocks.
 template <bool kSplits>
 __device__ __forceinline__ KeyBlockRange piece_key_range(KeyBlockRange range, TilePiece const& piece) {
   if constexpr (kSplits) {
-    range.n_block_min = max(range.n_block_min, piece.n_lo);
-    range.n_block_max = min(range.n_block_max, piece.n_hi);
+    if (piece.parts > 0) {
+      const TailSplit::Share share = TailSplit::share_of(range.n_block_min, range.n_block_max, piece.part, piece.parts);
+      range.n_block_min = share.first;
+      range.n_block_max = share.last;
+    } else {
+      range.n_block_min = max(range.n_block_min, piece.n_lo);
+      range.n_block_max = min(range.n_block_max, piece.n_hi);
+    }
   }
   return range;
 }

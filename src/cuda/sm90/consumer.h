@@ -113,8 +113,9 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
         piece_key_range<kSplits>(cta_key_range<Traits>(tc.m_block, seq, p, row_tokens), piece);
     // The cut tile's index among the split ones (a piece shorter than its tile), or -1: all the
     // mainloop carries of the piece (the merge derives the rest, off the loop's registers).
-    const int cut_tile =
-        kSplits && piece.n_hi - piece.n_lo < prm.split.blocks ? piece.tile - prm.split.first_tile : -1;
+    const int cut_tile = kSplits && (piece.parts > 1 || piece.n_hi - piece.n_lo < prm.split.blocks)
+                             ? piece.tile - prm.split.first_tile
+                             : -1;
     // The masks count tokens: the sequence's rows / row_tokens.
     const VisibilityMask mask{row_tokens.tokens(seq.seqlen_q), seq.seqlen_k, p.window_left, p.window_right};
     const ScorePolicy score_policy = make_score_policy<ScorePolicy>(p, seq, tc.batch, tc.head);
@@ -263,7 +264,7 @@ __device__ __forceinline__ void run_consumer(Sm90Params<Traits> const& prm, type
 
     // A piece of a cut tile: the last of its CTAs to arrive merges the pieces and stores the tile.
     if constexpr (kSplits) {
-      if (cut_tile >= 0 && !merge_tail_piece<Traits>(prm, ss, consumer, tid, cut_tile, acc_o_rows, softmax)) continue;
+      if (cut_tile >= 0 && !merge_tail_piece<Traits>(prm, ss, consumer, tid, cut_tile, piece, acc_o_rows, softmax)) continue;
     }
     float lse[kRowsPerThread];
     softmax.finalize(acc_o_rows, prm.args.output_scale, lse);

@@ -137,11 +137,14 @@ bool launch_fwd_sm90_variant(const FwdKernelArgs& args, cudaStream_t stream) {
   if constexpr (kCanSplit) {
     // The tail split (tail_split.h): its own kernel, with the same shared memory and threads (so
     // the same slots); its workspace is freed on the stream after the kernel.
+    // The sequence-bounds kernels cut by the key split (tail_split.h), the others by the tail split.
     const int key_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-    if (!uneven && use_tail_split(split_mode, num_tiles, key_blocks, slots)) {
-      prm.split = TailSplit::make(num_tiles, key_blocks, slots, &groups);
+    const int parts = Traits::kSeqBounds ? key_split_parts(split_mode, num_tiles, key_blocks, slots) : 0;
+    if (parts > 0 || (!Traits::kSeqBounds && !uneven && use_tail_split(split_mode, num_tiles, key_blocks, slots))) {
+      prm.split = parts > 0 ? TailSplit::key_split(num_tiles, parts, slots, &groups)
+                            : TailSplit::make(num_tiles, key_blocks, slots, &groups);
       StreamWorkspace workspace(stream);
-      prm.split_partials = workspace.floats(2 * groups * tail_slot_floats<Traits>(), false);
+      prm.split_partials = workspace.floats(prm.split.slots() * tail_slot_floats<Traits>(), false);
       prm.split_counters =
           workspace.ints(static_cast<int64_t>(num_tiles - prm.split.first_tile) * kCluster * Traits::kConsumers);
       auto split_kernel = &fwd_kernel_sm90<Traits, ScorePolicy, DropoutPolicy, true>;

@@ -3,7 +3,7 @@
 // the accumulator's register order (thread t's value v at [v][t]: every consumer thread holds the
 // same (row, column) elements in any CTA, and a warp's 32 floats of one value are one 128-byte
 // line), and counts itself in the tile's counter.  The consumer that brings the counter to the
-// piece count merges every piece's slot, in CTA order, into its registers:
+// piece count merges every piece's slot, in CTA order (key split: part order), into its registers:
 //   m = max(m_a, m_b),  O = O_a 2^(m_a - m) + O_b 2^(m_b - m),  l = l_a 2^(m_a - m) + l_b 2^(m_b - m)
 // (the offsets m are log2 units, as the exps are; FlashAttention-2's split-KV combine), and the
 // normal epilogue then normalizes and stores the tile.  Reading its own piece back too keeps the sum
@@ -21,13 +21,14 @@
 
 namespace tileattn::cuda::sm90 {
 
-// The kernels that can split: plain scores without dropout and without sequence bounds (which give
-// tiles different key counts).  Score transforms and dropout keep their kernels as they were: they
-// already spill in the mainloop, and the merge's code made ptxas spill more there (ModifiedScores
-// with dropout at d128: 115 -> 163 spill instructions inside the loop).
+// The kernels that can split: plain scores without dropout; with sequence bounds (which give tiles
+// different key counts) by the key split only (tail_split.h).  Score transforms and dropout keep
+// their kernels as they were: they already spill in the mainloop, and the merge's code made ptxas
+// spill more there (ModifiedScores with dropout at d128: 115 -> 163 spill instructions inside the
+// loop).
 template <typename Traits, typename ScorePolicy, typename DropoutPolicy>
 constexpr bool tail_split_built() {
-  return !Traits::kSeqBounds && !ScorePolicy::kTransforms && !DropoutPolicy::kEnabled;
+  return !ScorePolicy::kTransforms && !DropoutPolicy::kEnabled;
 }
 
 // Floats a consumer thread leaves per piece: its O accumulator (64 x D over 128 threads) and the
@@ -47,14 +48,13 @@ constexpr int64_t tail_slot_floats() {
 // when this consumer merged the tile and must store it.
 template <typename Traits, typename TensorO, int kRows>
 __device__ __forceinline__ bool merge_tail_piece(Sm90Params<Traits> const& prm, typename Traits::SharedStorage& ss,
-                                                 int consumer, int tid, int t, TensorO& acc_o,
-                                                 SplitOnlineSoftmax<kRows>& softmax) {
+                                                 int consumer, int tid, int t, TilePiece const& piece,
+                                                 TensorO& acc_o, SplitOnlineSoftmax<kRows>& softmax) {
   using namespace cute;
   constexpr int kCols = decltype(size<1>(acc_o))::value;
   constexpr int kValues = kRows * kCols;
   static_assert(kValues + 2 * kRows == tail_piece_floats<Traits>(), "the slot layout the host sized");
   const TailSplit& split = prm.split;
-  const int cta_lo = split.cta_of(static_cast<int64_t>(t) * split.blocks);  // the tile's first piece
   const int pieces = split.pieces_of(t);
   // This consumer's part of a slot: (cluster rank, consumer) inside it.
   const int part = static_cast<int>(blockIdx.x % Traits::kClusterSize) * Traits::kConsumers + consumer;
@@ -63,7 +63,7 @@ __device__ __forceinline__ bool merge_tail_piece(Sm90Params<Traits> const& prm, 
            static_cast<int64_t>(part) * tail_piece_floats<Traits>() * 128 + tid;
   };
 
-  float* mine = slot_part(split.slot_of(static_cast<int>(blockIdx.x / Traits::kClusterSize), t));
+  float* mine = slot_part(split.own_slot(static_cast<int>(blockIdx.x / Traits::kClusterSize), t, piece));
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
     CUTE_UNROLL
@@ -94,9 +94,9 @@ __device__ __forceinline__ bool merge_tail_piece(Sm90Params<Traits> const& prm, 
     offset[r] = -INFINITY;
     sum[r] = 0.f;
   }
-  for (int cta = cta_lo; cta < cta_lo + pieces; ++cta) {
+  for (int i = 0; i < pieces; ++i) {
     // L2 loads (ld.global.cg): the slots were written by other SMs during this kernel.
-    const float* theirs = slot_part(split.slot_of(cta, t));
+    const float* theirs = slot_part(split.slot_at(t, i));
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float m = __ldcg(theirs + (kValues + r) * 128);
@@ -106,7 +106,7 @@ __device__ __forceinline__ bool merge_tail_piece(Sm90Params<Traits> const& prm, 
       offset[r] = merge.offset;
       CUTE_UNROLL
       for (int c = 0; c < kCols; ++c) {
-        const float o = cta == cta_lo ? 0.f : acc_o(r, c);
+        const float o = i == 0 ? 0.f : acc_o(r, c);
         acc_o(r, c) = o * merge.keep + __ldcg(theirs + (r * kCols + c) * 128) * merge.add;
       }
     }

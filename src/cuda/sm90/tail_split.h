@@ -20,6 +20,16 @@
 // arrival order: deterministic) and stores the tile.  No CTA waits on another, so the grid needs
 // no co-residency beyond the persistent kernel's own.
 //
+// The key split (for the sequence-bounds kernels, whose tiles' key counts live on the device: varlen,
+// seqused_k, the KV-cache route): where a call has fewer tiles than half the CTA slots, every tile is
+// cut into `parts` pieces, piece j taking the j-th of `parts` equal shares of the tile's own key
+// blocks, [lo + len j / parts, lo + len (j + 1) / parts) of its range [lo, lo + len) as the device
+// finds it.  CTA c walks the units c, c + grid, ... of the tiles x parts (one each when they fit the
+// grid); the pieces merge as the tail split's do, read back in part order.  A few tiles over long
+// keys otherwise stream their keys on as many SMs as there are tiles (H100, 32 tiles of 16 KV-cache
+// rows over 16k keys: 131 us on the route, 57 through the tail split of the same call without
+// bounds, session 68; 52 with the key split, session 69).
+//
 // Integer arithmetic shared by the producer and the consumers, compiled for the host too:
 // tests/cpp/test_tail_split.cpp checks that every key block of every tile runs exactly once, that
 // the partial pieces' slots are distinct, the merge step against one softmax over the whole row,
@@ -34,10 +44,12 @@
 namespace tileattn::cuda::sm90 {
 
 // One step of a CTA's walk: the key blocks [n_lo, n_hi) of a tile, all of them (a whole tile) or
-// fewer (a piece of a cut tile, whose slot and piece count slot_of and pieces_of give).
+// fewer (a piece of a cut tile, whose slot and piece count slot_of and pieces_of give); or under the
+// key split share `part` of `parts` of the tile's blocks (parts 0: not a key split).
 struct TilePiece {
   int tile;  // >= the scheduler's num_tiles: the CTA is done
   int n_lo, n_hi;
+  int part = 0, parts = 0;
 };
 
 // One step of the merge of a cut tile's pieces (tail_merge_sm90.h), for a row whose pieces so far
@@ -58,7 +70,8 @@ struct TailSplit {
   int first_tile;   // dp_rounds * grid: the first split tile
   int blocks;       // key blocks of every tile
   int grid;
-  int64_t steps;    // (num_tiles - first_tile) * blocks
+  int64_t steps;    // (num_tiles - first_tile) * blocks; under the key split num_tiles * parts
+  int parts;        // the key split's pieces a tile; 0: the tail split
 
   // Model of a call in key-block steps, for the auto rule: a piece costs its blocks plus
   // kPieceOverheadBlocks for the tile boundary (the last PV, finalize and store, the next tile's
@@ -80,6 +93,20 @@ struct TailSplit {
     s.blocks = 1;
     s.grid = 1;
     s.steps = 0;
+    s.parts = 0;
+    return s;
+  }
+
+  // The key split of num_tiles tiles into `parts` pieces each on a grid of at most `slots` CTAs.
+  static TailSplit key_split(int num_tiles, int parts, int slots, int* grid_out) {
+    TailSplit s{};
+    s.dp_rounds = 0;
+    s.first_tile = 0;
+    s.blocks = 1 << 30;  // no piece is a whole tile
+    s.parts = parts;
+    s.steps = static_cast<int64_t>(num_tiles) * parts;
+    s.grid = static_cast<int>(s.steps < slots ? s.steps : slots);
+    *grid_out = s.grid;
     return s;
   }
 
@@ -91,6 +118,7 @@ struct TailSplit {
     s.dp_rounds = rounds > 2 ? rounds - 2 : 0;
     s.blocks = blocks;
     s.first_tile = s.dp_rounds * slots;
+    s.parts = 0;
     s.steps = static_cast<int64_t>(num_tiles - s.first_tile) * blocks;
     // At least one step a CTA: no CTA has an empty range, so every cut tile's pieces are its
     // CTAs c_lo .. c_hi (cta_of).
@@ -126,6 +154,7 @@ struct TailSplit {
   }
   // The CTAs sharing split tile t (local index): 1 when no CTA boundary falls inside it.
   TILEATTN_HOST_DEVICE int pieces_of(int t) const {
+    if (parts > 0) return parts;
     const int64_t first = static_cast<int64_t>(t) * blocks;
     return cta_of(first + blocks - 1) - cta_of(first) + 1;
   }
@@ -134,9 +163,37 @@ struct TailSplit {
   TILEATTN_HOST_DEVICE int slot_of(int cta, int t) const {
     return 2 * cta + (begin(cta) >= static_cast<int64_t>(t) * blocks ? 0 : 1);
   }
+  // The slot of piece i (in merge order: CTA order, under the key split part order) of split tile
+  // t, and the slot a CTA's piece p of it writes.
+  TILEATTN_HOST_DEVICE int slot_at(int t, int i) const {
+    return parts > 0 ? t * parts + i : slot_of(cta_of(static_cast<int64_t>(t) * blocks) + i, t);
+  }
+  TILEATTN_HOST_DEVICE int own_slot(int cta, int t, TilePiece const& p) const {
+    return parts > 0 ? t * parts + p.part : slot_of(cta, t);
+  }
+  // The key split's share `part` of `parts` of the key blocks [lo, hi): [first, last).
+  struct Share {
+    int first, last;
+  };
+  TILEATTN_HOST_DEVICE static Share share_of(int lo, int hi, int part, int parts) {
+    const int len = hi > lo ? hi - lo : 0;
+    return {lo + len * part / parts, lo + len * (part + 1) / parts};
+  }
+  // Slots the partials need: two a CTA (its first and last piece), or one a piece.
+  int64_t slots() const { return parts > 0 ? steps : 2ll * grid; }
 
   // Piece `index` (0, 1, ..) of CTA `cta`'s range; tile >= first_tile + split tiles once done.
   TILEATTN_HOST_DEVICE TilePiece piece(int index, int cta) const {
+    if (parts > 0) {  // the key split: unit cta + index x grid
+      const int64_t unit = static_cast<int64_t>(index) * grid + cta;
+      TilePiece p;
+      p.tile = static_cast<int>((unit < steps ? unit : steps) / parts);
+      p.n_lo = 0;
+      p.n_hi = 1 << 30;
+      p.part = static_cast<int>(unit % parts);
+      p.parts = parts;
+      return p;
+    }
     const int64_t lo = begin(cta), hi = begin(cta + 1);
     const int t = static_cast<int>(lo / blocks) + index;
     const int64_t tile_lo = static_cast<int64_t>(t) * blocks;
