@@ -123,10 +123,10 @@ def test_packed_heads(case, monkeypatch):
 def test_auto_packs_heads_where_the_tiles_take_fewer_rounds(monkeypatch):
     """Under auto the route packs a call's heads when its packed tiles need fewer rounds of the
     SMs (128-row tiles at d128, 132 SMs): 40 sequences x 32 query heads of 16 rows are 1280 tiles
-    unpacked, 320 packed, and of 64 rows 1280 against 640 (two tiles a group); 2 sequences are 64
-    and 16, one round either way, and 40 of 128 rows 1280 either way: those stay unpacked."""
+    unpacked, 320 packed, and of 64 rows 1280 against 640 (two tiles a group); 4 sequences are 128
+    and 32, one round either way, and 40 of 128 rows 1280 either way: those stay unpacked."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
-    for batch, rows, packs in ((40, 16, True), (40, 64, True), (2, 16, False), (40, 128, False)):
+    for batch, rows, packs in ((40, 16, True), (40, 64, True), (4, 16, False), (40, 128, False)):
         opts = dict(DEFAULTS, heads=32, heads_k=8, dim=128, seqlen_new=0, seqlen_q=rows, causal=True)
         lengths = torch.tensor([(37 * b) % 250 + 1 for b in range(batch)], dtype=torch.int32)
         args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=batch, capacity=256,
@@ -215,7 +215,10 @@ def test_pages_take_the_route(case, monkeypatch):
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
     options, capacity = CASES[case]
     opts = dict(DEFAULTS, **options)
-    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", capacity=capacity)
+    # 4 sequences: every case's decode streams past the rule's 32 (rows40: 4 x 2 KV heads x 10 chunks).
+    fill = capacity - opts["seqlen_new"]
+    lengths = torch.tensor([0, 17, fill - 5, fill // 2], dtype=torch.int32)
+    args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=4, capacity=capacity, cache_seqlens=lengths)
     result = []
     names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
     assert any("route_lengths_kernel" in name for name in names), names
@@ -230,16 +233,36 @@ def test_route_threshold_over_small_pages_and_contiguous(monkeypatch):
     """Under auto the forward takes a call from 16 rows a sequence and 48 a KV group (the rule in
     kvcache_forward_route.cu), over pages of 16, which it reads box by box, as over a contiguous
     cache: with 5 query heads a KV head 15 rows stay on the decode kernels and 16 go, with 2 heads
-    16 rows (32 a group) stay and 24 (48) go."""
+    16 rows (32 a group) stay and 24 (48) go.  8 sequences, so that the decode kernels' streams
+    (8 x 4 KV heads x 3-5 chunks of 16 group rows) are past the rule's 32."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
     cases = [(page, heads, rows, routed) for page in (16, 0)
              for heads, rows, routed in ((20, 15, False), (20, 16, True), (8, 16, False), (8, 24, True))]
+    lengths = torch.tensor([(97 * b) % 480 for b in range(8)], dtype=torch.int32)
     for page, heads, rows, routed in cases:
         opts = dict(DEFAULTS, heads=heads, heads_k=4, dim=128, seqlen_new=0, seqlen_q=rows, page_size=page)
-        args, slot, first = make_problem(opts, torch.bfloat16, "cuda")
+        args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=8, cache_seqlens=lengths)
         result = []
         names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
         assert any("route_lengths_kernel" in name for name in names) == routed, (page, heads, rows, names)
+        check_against_reference(opts, torch.bfloat16, args, slot, first, *result[0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the rule as measured on Hopper")
+def test_few_sequences_stay_on_the_decode_kernels(monkeypatch):
+    """Under auto a call whose decode kernels run at most 32 streams of the cache (sequences x KV
+    heads x 16-row chunks of a group) stays on them, where the route would run one round of few
+    tiles (H100, 1 x 4k, 32/8 heads, 16 rows: 22 us against 25): 1 sequence x 8 KV heads of 16
+    rows (4 chunks) stays, 32 rows (8 chunks) goes, and 2 sequences of 16 rows go."""
+    monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
+    for batch, rows, routed in ((1, 16, False), (1, 32, True), (1, 64, True), (2, 16, True)):
+        opts = dict(DEFAULTS, heads=32, heads_k=8, dim=128, seqlen_new=0, seqlen_q=rows, causal=True)
+        args, slot, first = make_problem(opts, torch.bfloat16, "cuda", batch=batch, capacity=256,
+                                         cache_seqlens=torch.tensor([200, 37][:batch], dtype=torch.int32))
+        result = []
+        names = cuda_kernel_names(lambda: result.append(tileattn.flash_attn_with_kvcache(**args)))
+        assert any("route_lengths_kernel" in name for name in names) == routed, (batch, rows, names)
         check_against_reference(opts, torch.bfloat16, args, slot, first, *result[0])
 
 

@@ -54,11 +54,12 @@ def test_paged_prefill_options(device, option):
 @pytest.mark.skipif(not hopper(), reason="the forward route: compute capability 9.0")
 @pytest.mark.parametrize("page_size", [16, 256])
 def test_paged_prefill_takes_the_forward_route(page_size, monkeypatch, kvcache_path_only):
-    """Under auto a chunk of 16 rows a sequence runs the route's lengths kernel and the sm90
-    forward, over pages read box by box (16) or a key block at a time (256), with no gather
-    (kvcache_path_only fails a gathered call)."""
+    """Under auto a chunk of 48 rows a sequence (3 x 2 KV heads x 12 chunks of 16 group rows:
+    past the 32 decode streams the rule leaves on the decode kernels) runs the route's lengths
+    kernel and the sm90 forward, over pages read box by box (16) or a key block at a time (256),
+    with no gather (kvcache_path_only fails a gathered call)."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
-    rows = 16
+    rows = 48
     assert _paged_varlen_kvcache.forward_route_exists(torch.empty(0, device="cuda"))
     names = cuda_kernel_names(lambda: run_decode("cuda", torch.bfloat16, [rows, rows, rows], [300, rows, 700],
                                                  page_size, head_dim=128, causal=True))

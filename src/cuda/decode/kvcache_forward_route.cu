@@ -24,6 +24,16 @@ constexpr int kRouteMinSeqlenQ = 16;
 // took 35 us against the forward's 41, 24 rows (3 chunks) 53-54 against 41; with 4 heads 16 rows
 // (4 chunks) 50-51 against 39-40.  From three chunks, then.
 constexpr int kRouteMinGroupRows = 48;
+// The decode kernels give each stream (a sequence, KV head and 16-row chunk of the group) CTAs that
+// split its keys; the route runs one round of few tiles, each cut into key shares where the
+// sequence-bounds key split finds the SMs idle (src/cuda/sm90/tail_split_choice.h), plus the
+// lengths kernel and, with packed heads, a copy of q.  Measured on an H100 (32/8 heads, d128, CUDA
+// graphs, session 69; bench/results/h100-kvcache-rows-stream-bound-2026-12-06-session69.txt): 1 x
+// 4k keys, 16 rows (32 streams) 22 us on the decode kernels against 25 on the route, 32 rows (64
+// streams) 32 against 24; 2 x 4k, 16 rows (64) 32 against 34, 32 rows (128) 50 against 34; 1 x 16k,
+// 16 rows (32) 55 against 52, 64 rows (128) 175 against 51.  So the route from more than 32
+// streams: the calls at 64 streams lose 6% or gain 25%, and at 32 streams at most 6% is left.
+constexpr int64_t kDecodeMaxStreams = 32;
 
 constexpr int kLengthThreads = 256;
 constexpr uint16_t kNan16 = 0x7fff;  // NaN in both float16 and bfloat16
@@ -146,6 +156,8 @@ bool forward_route_taken(const KvCacheParams& p) {
   // The rows first: a decode step (auto, a few rows) never asks which forward family would serve.
   const int64_t group_rows = static_cast<int64_t>(p.fwd.num_heads / p.fwd.num_heads_k) * p.fwd.seqlen_q;
   if (choice == 0 && (p.fwd.seqlen_q < kRouteMinSeqlenQ || group_rows < kRouteMinGroupRows)) return false;
+  const int64_t decode_streams = static_cast<int64_t>(p.fwd.batch) * p.fwd.num_heads_k * ((group_rows + 15) / 16);
+  if (choice == 0 && decode_streams <= kDecodeMaxStreams) return false;
   return forward_route_possible(p);
 }
 

@@ -33,7 +33,8 @@ bool forward_route_possible(const KvCacheParams& p);
 
 // Whether this call takes them: TILEATTN_KVCACHE_FORWARD = auto (default) | on | off, read on every
 // call; `on` takes every call they can serve, `auto` those with at least kRouteMinSeqlenQ query rows
-// a sequence and kRouteMinGroupRows a KV group.
+// a sequence and kRouteMinGroupRows a KV group whose decode kernels would run more than
+// kDecodeMaxStreams streams of the cache (sequences x KV heads x 16-row chunks of a group).
 bool forward_route_taken(const KvCacheParams& p);
 
 // Whether the route packs each KV group's query heads into the forward's rows (flash-attn 3's
