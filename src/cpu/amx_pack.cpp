@@ -28,8 +28,9 @@ TILEATTN_AMX_TARGET void row_to_bf16(const float* src, int count, int padded, ui
   }
 }
 
-// 2^x on 16 lanes, the values of exp2_approx in vector_math.cpp: n = round(max(x, -126)),
-// f = x - n, 2^f by kExp2Poly, times 2^n by VSCALEFPS; 0 where x < -126, NaN kept (VMAXPS returns
+// 2^x on 16 lanes for P rounded to bf16: n = round(max(x, -126)), f = x - n, 2^f by kExp2PolyBf16
+// (exp2_poly.h: 2.7e-6 relative, where vector_math.cpp's exp2_approx keeps float accuracy), times
+// 2^n by VSCALEFPS; 0 where x < -126, NaN kept (VMAXPS returns
 // its second operand when either is NaN, so the clamp lets a NaN through).  The clamp is at -126,
 // not exp2_approx's -127, so that no lane ever makes a subnormal (the smallest is 2^-125.5): the
 // masked -inf scores of a causal tile made subnormals in VSCALEFPS, each a microcode assist, and
@@ -38,8 +39,8 @@ TILEATTN_AMX_TARGET inline __m512 exp2_lanes(__m512 x) {
   const __m512 clamped = _mm512_max_ps(_mm512_set1_ps(-126.0f), x);
   const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(clamped, n);
-  __m512 p = _mm512_set1_ps(kExp2Poly[0]);
-  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Poly[i]));
+  __m512 p = _mm512_set1_ps(kExp2PolyBf16[0]);
+  for (int i = 1; i < 5; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2PolyBf16[i]));
   const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
   return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), underflow, _mm512_setzero_ps());
 }
