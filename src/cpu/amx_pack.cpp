@@ -29,7 +29,7 @@ TILEATTN_AMX_TARGET void row_to_bf16(const float* src, int count, int padded, ui
 }
 
 // 2^x on 16 lanes for P rounded to bf16: n = round(max(x, -126)), f = x - n, 2^f by kExp2PolyBf16
-// (exp2_poly.h: 2.7e-6 relative, where vector_math.cpp's exp2_approx keeps float accuracy), times
+// (exp2_poly.h: 2.9e-6 relative, where vector_math.cpp's exp2_approx keeps float accuracy), times
 // 2^n by VSCALEFPS; 0 where x < -126, NaN kept (VMAXPS returns
 // its second operand when either is NaN, so the clamp lets a NaN through).  The clamp is at -126,
 // not exp2_approx's -127, so that no lane ever makes a subnormal (the smallest is 2^-125.5): the
