@@ -30,11 +30,11 @@ TILEATTN_AMX_TARGET void row_to_bf16(const float* src, int count, int padded, ui
 
 // 2^x on 16 lanes for P rounded to bf16: n = round(max(x, -126)), f = x - n, 2^f by kExp2PolyBf16
 // (exp2_poly.h: 2.9e-6 relative, where vector_math.cpp's exp2_approx keeps float accuracy), times
-// 2^n by VSCALEFPS; 0 where x < -126, NaN kept (VMAXPS returns
-// its second operand when either is NaN, so the clamp lets a NaN through).  The clamp is at -126,
-// not exp2_approx's -127, so that no lane ever makes a subnormal (the smallest is 2^-125.5): the
-// masked -inf scores of a causal tile made subnormals in VSCALEFPS, each a microcode assist, and
-// this kernel took 19% of a causal forward against the products' 14%.
+// 2^n by VSCALEFPS; 0 where x < -126, NaN kept (VMAXPS returns its second operand when either is
+// NaN, so the clamp lets a NaN through).  The clamp is at -126, not exp2_approx's -127, so that no
+// lane ever makes a subnormal (the smallest is 2^-126, the polynomial being 1 at f = 0): the masked
+// -inf scores of a causal tile made subnormals in VSCALEFPS, each a microcode assist, and this
+// kernel took 19% of a causal forward against the products' 14%.
 TILEATTN_AMX_TARGET inline __m512 exp2_lanes(__m512 x) {
   const __m512 clamped = _mm512_max_ps(_mm512_set1_ps(-126.0f), x);
   const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
