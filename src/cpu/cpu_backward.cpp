@@ -35,9 +35,12 @@ struct BackwardBuffers {
   int64_t q_rows, k_rows;                // rows per head of the packed q and k row spaces
   int chunks;                            // key-tile chunks per (batch, head)
   std::vector<float> delta;              // D = rowsum(dO o O): (H, q_rows)
-  std::vector<float> dq_partial;         // (chunks, H, q_rows, D)
-  std::vector<float> dk_expanded;        // (H, k_rows, D): dK before summing a GQA group
-  std::vector<float> dv_expanded;
+  // Uninitialized: a task zeroes its own rows of dq_partial before it adds to them (in its own
+  // cache, instead of a whole-call memset), and writes every row of dk_expanded and dv_expanded
+  // that a sequence's keys have.
+  ScratchArray<float> dq_partial;        // (chunks, H, q_rows, D)
+  ScratchArray<float> dk_expanded;       // (H, k_rows, D): dK before summing a GQA group
+  ScratchArray<float> dv_expanded;
 };
 
 struct BackwardScratch {
@@ -100,10 +103,14 @@ struct KeyChunk {
   int batch_index, head, chunk;
 };
 
-// k and v as float32 rows (copies only for bfloat16/float16 inputs); q and dout the same on the
-// sgemm path, on the AMX path packed as bf16 tiles instead (q and dout then empty).
+// k and v as the call stores them: a task converts each key tile once into its scratch and reads
+// it for every query tile (a float32 copy of the whole of K and V, as the forward makes, cost 3.3 ms
+// of a 27 ms bf16 d128 S=1024 backward, mostly first touches of its fresh pages).  q and dout, read
+// by every key tile, as float32 rows on the sgemm path (copies only for bfloat16/float16 inputs),
+// on the AMX path packed as bf16 tiles instead (q and dout then empty).
 struct Inputs {
-  Float32Rows q, k, v, dout;
+  Float32Rows q, dout;
+  StridedRows k, v;
   const PackedQueryTiles* packed = nullptr;
 };
 
@@ -155,8 +162,8 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
   const DropoutRule dropout = DropoutRule::make(f, task.batch_index, task.head);
   const StridedRows& q = in.q.rows;
   const StridedRows& dout = in.dout.rows;
-  const StridedRows& k = in.k.rows;
-  const StridedRows& v = in.v.rows;
+  const StridedRows& k = in.k;
+  const StridedRows& v = in.v;
   const bool softcap = rule.softcap_log2 > 0.0f;
   const PackedQueryTiles* packed = in.packed;
 
@@ -165,12 +172,14 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
   const int tile_end = std::min(key_tiles, (task.chunk + 1) * tiles_per_chunk);
   float* dq_partial = buf.dq_partial.data() +
                       (static_cast<int64_t>(task.chunk) * f.num_heads + task.head) * buf.q_rows * dim;
+  float* dq_sequence = dq_partial + packed_q_row(f, seq, 0) * dim;
+  std::fill(dq_sequence, dq_sequence + static_cast<int64_t>(seq.seqlen_q) * dim, 0.0f);
 
   for (int key_tile = task.chunk * tiles_per_chunk; key_tile < tile_end; ++key_tile) {
     const int col0 = key_tile * kBwdBlockN;
     const int cols = std::min(kBwdBlockN, seq.seqlen_k - col0);
-    const Matrix k_tile = tile_operand(TILEATTN_FLOAT32, k, seq, col0, cols, head_k, dim, w.k.data());
-    const Matrix v_tile = tile_operand(TILEATTN_FLOAT32, v, seq, col0, cols, head_k, dim, w.v.data());
+    const Matrix k_tile = tile_operand(f.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    const Matrix v_tile = tile_operand(f.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
     if (packed != nullptr) {
       pack_key_tile(k_tile, v_tile, cols, dim, *packed, w);
     } else {
@@ -307,7 +316,7 @@ void write_gradients(const BackwardParams& p, const BackwardBuffers& buf) {
         for (int r = 0; r < stored_keys; ++r) {
           const bool used = r < seq.seqlen_k;
           for (int which = 0; which < 2; ++which) {
-            const std::vector<float>& expanded = which == 0 ? buf.dk_expanded : buf.dv_expanded;
+            const ScratchArray<float>& expanded = which == 0 ? buf.dk_expanded : buf.dv_expanded;
             std::fill(acc.begin(), acc.end(), 0.0f);
             for (int g = 0; used && g < group; ++g) {
               const float* part = expanded.data() +
@@ -344,19 +353,21 @@ void cpu_backward(const BackwardParams& p) {
       std::clamp<int64_t>((2 * threads + pairs - 1) / std::max<int64_t>(pairs, 1), 1, max_key_tiles));
   const int64_t dim = f.head_dim;
   buf.delta.assign(f.num_heads * buf.q_rows, 0.0f);
-  buf.dq_partial.assign(buf.chunks * f.num_heads * buf.q_rows * dim, 0.0f);
-  buf.dk_expanded.assign(f.num_heads * buf.k_rows * dim, 0.0f);
-  buf.dv_expanded.assign(f.num_heads * buf.k_rows * dim, 0.0f);
-
+  buf.dq_partial = ScratchArray<float>(buf.chunks * f.num_heads * buf.q_rows * dim);
+  buf.dk_expanded = ScratchArray<float>(f.num_heads * buf.k_rows * dim);
+  buf.dv_expanded = ScratchArray<float>(f.num_heads * buf.k_rows * dim);
   compute_delta(p, buf);
-  // Without query rows or without keys no score exists: the gradients are the zeros above.
+  // Without query rows or without keys no score exists: the gradients are zeros.
   if (buf.q_rows == 0 || buf.k_rows == 0) {
+    for (ScratchArray<float>* zeros : {&buf.dq_partial, &buf.dk_expanded, &buf.dv_expanded}) {
+      std::fill(zeros->data(), zeros->data() + zeros->size(), 0.0f);
+    }
     write_gradients(p, buf);
     return;
   }
   Inputs in;
-  in.k = float32_operand(f, f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride, true);
-  in.v = float32_operand(f, f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride, true);
+  in.k = k_like(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride);
+  in.v = k_like(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride);
   // bf16 products on AMX where the CPU has it: Q and dO packed from the call's tensors, without the
   // float32 copies the sgemm path reads.
   std::unique_ptr<PackedQueryTiles> packed;

@@ -4,15 +4,14 @@
 // O(N D), and the tiles are then read in place by sgemm like float32 inputs.
 #pragma once
 
-#include <vector>
-
 #include "cpu/parallel.h"
+#include "cpu/scratch_array.h"
 #include "cpu/tile_io.h"
 
 namespace tileattn::cpu {
 
 struct Float32Rows {
-  std::vector<float> storage;  // empty when the input already was float32
+  ScratchArray<float> storage;  // empty when the input already was float32; every element written
   StridedRows rows;            // float32 data and strides to read
 };
 
@@ -24,7 +23,7 @@ inline Float32Rows float32_rows(tileattn_dtype dtype, const StridedRows& src, in
     out.rows = src;
     return out;
   }
-  out.storage.resize(static_cast<size_t>(batches) * rows_per_batch * heads * dim);
+  out.storage = ScratchArray<float>(static_cast<size_t>(batches) * rows_per_batch * heads * dim);
   const int64_t row_stride = static_cast<int64_t>(heads) * dim;
   out.rows = StridedRows{out.storage.data(), rows_per_batch * row_stride, row_stride, dim, src.key_side};
   struct None {};

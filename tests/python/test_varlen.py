@@ -110,6 +110,27 @@ def test_varlen_options(device, option):
         run_varlen(device, dtype, seqlens_q, seqlens_k, **kwargs)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cpu_backward_reads_no_stale_buffer(device, dtype):
+    """The CPU backward's large buffers (dQ's partial sums, dK and dV per query head, the packed Q
+    and dO) start uninitialized, and malloc hands a call the blocks the previous call of the same
+    sizes freed.  A call whose gradients are all NaN leaves NaN in them; the next call, of the same
+    totals but with a query-less sequence, keys past seqused_k and a key-less one, must read only
+    what it wrote itself."""
+    if device != "cpu":
+        pytest.skip("the buffer cache is the CPU backend's")
+    total_q, total_k = 2000, 2100  # dQ's partial sums: 6 heads x 2000 rows x 48 x 4 bytes = 2.3 MB
+    nan = dict(dtype=dtype, device=device)
+    q = torch.full((total_q, 6, 48), float("nan"), **nan, requires_grad=True)
+    k = torch.full((total_k, 2, 48), float("nan"), **nan, requires_grad=True)
+    v = torch.full((total_k, 2, 48), float("nan"), **nan, requires_grad=True)
+    out = flash_attn_varlen_func(q, k, v, cu([700, 700, 600], device), cu([700, 700, 700], device), 700, 700)
+    out.backward(torch.ones_like(out))
+    assert q.grad.isnan().all() and k.grad.isnan().all()
+    run_varlen(device, dtype, [0, 17, 1983], [1500, 0, 600],
+               seqused_k=torch.tensor([1400, 0, 150], dtype=torch.int32, device=device))
+
+
 def test_varlen_rows_past_the_last_sequence(device):
     """Packed tensors may hold rows after cu_seqlens[-1]; the call must accept them."""
     run_varlen(device, torch.bfloat16, [5, 9], [7, 3], tail_rows=0)
