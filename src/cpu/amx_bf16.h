@@ -53,6 +53,18 @@ void pack_rows(const float* src, int src_ld, int rows, int depth, int rows_padde
 // The same 2^x as exp2_shifted_sum: 0 below -126, NaN kept (so a NaN score still reaches l).
 float exp2_row_to_bf16(const float* x, float scale, float shift, int count, int padded, uint16_t* y);
 
+// The backward's operands of one tile pair in one pass over its rows x cols scores (finished: log2
+// units, masked) and dP (both ld floats a row):
+//   P = 2^(scores - lse_log2[r]) (exp2_row_to_bf16's 2^x), dS = P o (dP - delta[r]), times
+//   dtanh (same layout) when it is not null;
+// P and dS as pairs (B of dV^T += dO^T P and dK^T += Q^T dS: depth rows_deep = rows rounded up to
+// 32, cols_wide columns, ld 2 cols_wide) and dS as rows (A of dQ += dS K: rows rounded up to 16, cols
+// rounded up to 32, ds_rows_ld apart), each bf16 with zeros past rows and cols.  Three packing
+// passes and the exp2 and dS loops over float32 tiles took ~40% of the bf16 backward's tile loop.
+void backward_operands(const float* scores, const float* dprobs, const float* dtanh, int ld, const float* lse_log2,
+                       const float* delta, int rows, int cols, uint16_t* p_pairs, uint16_t* ds_pairs, uint16_t* ds_rows,
+                       int ds_rows_ld);
+
 // dst (rows_padded x depth_padded, rows dst_ld apart) <- M^T for M (src_rows x src_cols float32, ld
 // src_ld): A rows are M's columns, the depth runs over M's rows; zeros elsewhere.
 void pack_rows_transposed(const float* src, int src_ld, int src_rows, int src_cols, int rows_padded,

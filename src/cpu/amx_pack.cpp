@@ -61,6 +61,43 @@ TILEATTN_AMX_TARGET float exp2_row_to_bf16(const float* x, float scale, float sh
   return _mm512_reduce_add_ps(sum);
 }
 
+TILEATTN_AMX_TARGET void backward_operands(const float* scores, const float* dprobs, const float* dtanh, int ld,
+                                           const float* lse_log2, const float* delta, int rows, int cols,
+                                           uint16_t* p_pairs, uint16_t* ds_pairs, uint16_t* ds_rows, int ds_rows_ld) {
+  // Pairs interleave rows 2t and 2t + 1 as pack_pairs does; the dS rows of both are stored as they come.
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const int rows_deep = round_up(rows, kDepthPerStep), rows_tall = round_up(rows, kRowsPerTile);
+  const int cols_wide = round_up(cols, kColsPerTile), cols_deep = round_up(cols, kDepthPerStep);
+  for (int t = 0; t < rows_deep / 2; ++t) {
+    uint16_t* p_out = p_pairs + static_cast<int64_t>(t) * 2 * cols_wide;
+    uint16_t* ds_out = ds_pairs + static_cast<int64_t>(t) * 2 * cols_wide;
+    for (int n = 0; n < cols_deep; n += 16) {
+      __m512 p[2], ds[2];
+      for (int half = 0; half < 2; ++half) {
+        const int r = 2 * t + half;
+        const __mmask16 live = first_lanes(r < rows ? cols - n : 0);
+        const int64_t at = static_cast<int64_t>(r) * ld + n;
+        const __m512 exponent = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, scores + at),
+                                              _mm512_set1_ps(r < rows ? lse_log2[r] : 0.0f));
+        p[half] = _mm512_maskz_mov_ps(live, exp2_lanes(exponent));
+        const __m512 gap = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, dprobs + at), _mm512_set1_ps(r < rows ? delta[r] : 0.0f));
+        ds[half] = _mm512_maskz_mul_ps(live, p[half], gap);
+        if (dtanh != nullptr) ds[half] = _mm512_mul_ps(ds[half], _mm512_maskz_loadu_ps(live, dtanh + at));
+        if (r < rows_tall) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds_rows + static_cast<int64_t>(r) * ds_rows_ld + n),
+                              (__m256i)_mm512_cvtneps_pbh(ds[half]));
+        }
+      }
+      if (n < cols_wide) {
+        _mm512_storeu_si512(p_out + 2 * n, _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0])));
+        _mm512_storeu_si512(ds_out + 2 * n, _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(ds[1], ds[0])));
+      }
+    }
+  }
+}
+
 void pack_rows(const float* src, int src_ld, int rows, int depth, int rows_padded, int depth_padded, uint16_t* dst,
                int dst_ld) {
   for (int r = 0; r < rows_padded; ++r) {
@@ -119,6 +156,10 @@ namespace {
 }  // namespace
 
 float exp2_row_to_bf16(const float*, float, float, int, int, uint16_t*) { not_built(); }
+void backward_operands(const float*, const float*, const float*, int, const float*, const float*, int, int, uint16_t*,
+                       uint16_t*, uint16_t*, int) {
+  not_built();
+}
 void pack_rows(const float*, int, int, int, int, int, uint16_t*, int) { not_built(); }
 void pack_rows_transposed(const float*, int, int, int, int, int, uint16_t*, int) { not_built(); }
 void pack_pairs_transposed(const float*, int, int, int, int, int, uint16_t*) { not_built(); }

@@ -127,15 +127,21 @@ void pack_key_tile(const Matrix& k_tile, const Matrix& v_tile, int cols, int dim
   std::fill(w.dv_transposed.data(), w.dv_transposed.data() + w.dv_transposed.size(), 0.0f);
 }
 
-// dV^T += dO^T (Z o P), dK^T += Q^T dS, dQ += dS K on AMX, from the float32 P (dropped) and dS tiles.
-void accumulate_on_amx(const PackedQueryTiles& packed, const KeyChunk& task, int query_tile, int rows, int cols,
-                       int dim, float* dq_rows, BackwardScratch& w) {
+// P (dropped) and dS from their float32 tiles into the AMX operands backward_operands makes: the
+// path of calls with dropout, whose P and dP change between the exp2 and the products.
+void pack_on_amx(int rows, int cols, BackwardScratch& w) {
   const int rows_deep = amx::round_up(rows, amx::kDepthPerStep), cols_wide = amx::round_up(cols, amx::kColsPerTile);
-  const int cols_deep = amx::round_up(cols, amx::kDepthPerStep), columns = packed.columns();
   amx::pack_pairs(w.probs.data(), kBwdBlockN, rows, cols, rows_deep, cols_wide, w.p_pairs.data());
   amx::pack_pairs(w.dprobs.data(), kBwdBlockN, rows, cols, rows_deep, cols_wide, w.ds_pairs.data());
-  amx::pack_rows(w.dprobs.data(), kBwdBlockN, rows, cols, amx::round_up(rows, amx::kRowsPerTile), cols_deep,
-                 w.ds_rows.data(), kBwdBlockN);
+  amx::pack_rows(w.dprobs.data(), kBwdBlockN, rows, cols, amx::round_up(rows, amx::kRowsPerTile),
+                 amx::round_up(cols, amx::kDepthPerStep), w.ds_rows.data(), kBwdBlockN);
+}
+
+// dV^T += dO^T (Z o P), dK^T += Q^T dS, dQ += dS K on AMX, from the packed P and dS.
+void products_on_amx(const PackedQueryTiles& packed, const KeyChunk& task, int query_tile, int rows, int cols,
+                     int dim, float* dq_rows, BackwardScratch& w) {
+  const int rows_deep = amx::round_up(rows, amx::kDepthPerStep), cols_wide = amx::round_up(cols, amx::kColsPerTile);
+  const int cols_deep = amx::round_up(cols, amx::kDepthPerStep), columns = packed.columns();
   using Block = PackedQueryTiles::Block;
   const uint16_t* dout_t = packed.block(Block::kDoutTransposed, task.batch_index, task.head, query_tile);
   const uint16_t* q_t = packed.block(Block::kQTransposed, task.batch_index, task.head, query_tile);
@@ -143,6 +149,13 @@ void accumulate_on_amx(const PackedQueryTiles& packed, const KeyChunk& task, int
                w.dv_transposed.data(), kBwdBlockN, true);
   amx::product(columns, cols_wide, rows_deep, {q_t, kBwdBlockM}, {w.ds_pairs.data(), 2 * cols_wide},
                w.dk_transposed.data(), kBwdBlockN, true);
+  // dQ's rows take the product's sums in place when they are whole C tiles (16 rows, a D of 16s);
+  // otherwise the product would write past the tile's rows, so it goes through dq_tile.
+  if (rows % amx::kRowsPerTile == 0 && columns == dim) {
+    amx::product(rows, columns, cols_deep, {w.ds_rows.data(), kBwdBlockN}, {w.k_pairs.data(), 2 * columns}, dq_rows,
+                 dim, true);
+    return;
+  }
   amx::product(amx::round_up(rows, amx::kRowsPerTile), columns, cols_deep, {w.ds_rows.data(), kBwdBlockN},
                {w.k_pairs.data(), 2 * columns}, w.dq_tile.data(), columns, false);
   for (int r = 0; r < rows; ++r) {
@@ -212,6 +225,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
         w.delta[r] = buf.delta[task.head * buf.q_rows + packed_q_row(f, seq, row0 + r)];
       }
 
+      const bool fused = packed != nullptr && !dropout.enabled;
       // P = 2^(t - LSE log2 e), recomputed from Q, K and the saved LSE.
       if (packed != nullptr) {
         scores_on_amx(PackedQueryTiles::kQ, w.k_transposed.data(), w.probs.data());
@@ -220,7 +234,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       }
       finish_scores(rule, w.probs.data(), kBwdBlockN, row0, rows, col0, seen,
                     !tile_is_clean(span, col0, seen), softcap ? w.dtanh.data() : nullptr);
-      for (int r = 0; r < rows; ++r) {
+      for (int r = 0; !fused && r < rows; ++r) {
         float* prob = w.probs.data() + r * kBwdBlockN;
         exp2_shifted(prob, w.lse_log2[r], seen, prob);
       }
@@ -231,6 +245,15 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
         gemm_nt(rows, seen, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
       }
 
+      float* dq_rows = dq_partial + packed_q_row(f, seq, row0) * dim;
+      if (fused) {
+        // P, dS = P o (dP - D) (times tanh') and their bf16 operands in one pass.
+        amx::backward_operands(w.probs.data(), w.dprobs.data(), softcap ? w.dtanh.data() : nullptr, kBwdBlockN,
+                               w.lse_log2.data(), w.delta.data(), rows, seen, w.p_pairs.data(), w.ds_pairs.data(),
+                               w.ds_rows.data(), kBwdBlockN);
+        products_on_amx(*packed, task, query_tile, rows, seen, dim, dq_rows, w);
+        continue;
+      }
       if (dropout.enabled) {
         // The forward used Z o P / (1 - p): dV sees the dropped P, dS the dropped dP.
         for (int r = 0; r < rows; ++r) {
@@ -253,9 +276,9 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
         }
       }
       // dV += (Z o P)^T dO;  dK += dS^T Q;  dQ += dS K.
-      float* dq_rows = dq_partial + packed_q_row(f, seq, row0) * dim;
       if (packed != nullptr) {
-        accumulate_on_amx(*packed, task, query_tile, rows, seen, dim, dq_rows, w);
+        pack_on_amx(rows, seen, w);
+        products_on_amx(*packed, task, query_tile, rows, seen, dim, dq_rows, w);
         continue;
       }
       const Matrix p_tile{w.probs.data(), kBwdBlockN};

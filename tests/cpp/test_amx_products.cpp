@@ -164,6 +164,76 @@ TEST(AmxProducts, Exp2RowMatchesTheGenericExp2) {
   }
 }
 
+// Whether two bf16 values are within one step of each other (both NaN counts as equal).
+bool within_one_bf16_step(uint16_t a, uint16_t b) {
+  if (std::isnan(bf16_to_float(a)) || std::isnan(bf16_to_float(b))) {
+    return std::isnan(bf16_to_float(a)) && std::isnan(bf16_to_float(b));
+  }
+  return std::abs(static_cast<int>(a) - static_cast<int>(b)) <= 1;
+}
+
+TEST(AmxProducts, BackwardOperandsMatchTheSeparateLoops) {
+  // One pass (backward_operands) against the loops it replaces: exp2_shifted, dS = P o (dP - D)
+  // (times tanh'), then pack_pairs of P and dS and pack_rows of dS.  Within one bf16 step (its
+  // exp2 is the degree-4 polynomial), zeros in all the padding, nothing read past the columns
+  // (NaN there), -inf scores to 0.
+  if (!amx::enabled()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
+  constexpr int kLd = 256;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> spread(-30.0f, 2.0f);
+  for (int rows : {1, 16, 17, 33, 128}) {
+    for (int cols : {1, 15, 17, 100, 256}) {
+      for (bool softcap : {false, true}) {
+        const float nan = std::nanf("");
+        std::vector<float> scores(rows * kLd, nan), dprobs(rows * kLd, nan), dtanh(rows * kLd, nan);
+        std::vector<float> lse(rows), delta(rows);
+        for (int r = 0; r < rows; ++r) {
+          lse[r] = spread(rng) + 20.0f;
+          delta[r] = spread(rng) / 10.0f;
+          for (int c = 0; c < cols; ++c) {
+            scores[r * kLd + c] = (r + c) % 11 == 3 ? -std::numeric_limits<float>::infinity() : spread(rng) + 20.0f;
+            dprobs[r * kLd + c] = spread(rng) / 10.0f;
+            dtanh[r * kLd + c] = 1.0f + spread(rng) / 40.0f;
+          }
+        }
+        // The separate loops, on float32 P and dS.
+        std::vector<float> p(rows * kLd, 0.0f), ds(rows * kLd, 0.0f);
+        for (int r = 0; r < rows; ++r) {
+          exp2_shifted(scores.data() + r * kLd, lse[r], cols, p.data() + r * kLd);
+          for (int c = 0; c < cols; ++c) {
+            ds[r * kLd + c] = p[r * kLd + c] * (dprobs[r * kLd + c] - delta[r]) * (softcap ? dtanh[r * kLd + c] : 1.0f);
+          }
+        }
+        const int rows_deep = round_up(rows, amx::kDepthPerStep), rows_tall = round_up(rows, amx::kRowsPerTile);
+        const int cols_wide = round_up(cols, amx::kColsPerTile), cols_deep = round_up(cols, amx::kDepthPerStep);
+        const size_t pairs_size = static_cast<size_t>(rows_deep) * cols_wide;
+        std::vector<uint16_t> p_ref(pairs_size), ds_ref(pairs_size), rows_ref(rows_tall * kLd, 0);
+        amx::pack_pairs(p.data(), kLd, rows, cols, rows_deep, cols_wide, p_ref.data());
+        amx::pack_pairs(ds.data(), kLd, rows, cols, rows_deep, cols_wide, ds_ref.data());
+        amx::pack_rows(ds.data(), kLd, rows, cols, rows_tall, cols_deep, rows_ref.data(), kLd);
+
+        std::vector<uint16_t> p_out(pairs_size, 0x7FC0), ds_out(pairs_size, 0x7FC0), rows_out(rows_tall * kLd, 0x7FC0);
+        amx::backward_operands(scores.data(), dprobs.data(), softcap ? dtanh.data() : nullptr, kLd, lse.data(),
+                               delta.data(), rows, cols, p_out.data(), ds_out.data(), rows_out.data(), kLd);
+        for (size_t i = 0; i < pairs_size; ++i) {
+          ASSERT_TRUE(within_one_bf16_step(p_out[i], p_ref[i]))
+              << rows << " x " << cols << " P pair element " << i << ": " << bf16_to_float(p_out[i]) << " vs "
+              << bf16_to_float(p_ref[i]);
+          ASSERT_TRUE(within_one_bf16_step(ds_out[i], ds_ref[i]))
+              << rows << " x " << cols << " dS pair element " << i << ": " << bf16_to_float(ds_out[i]) << " vs "
+              << bf16_to_float(ds_ref[i]);
+        }
+        for (int r = 0; r < rows_tall; ++r) {
+          for (int c = 0; c < cols_deep; ++c) {
+            ASSERT_TRUE(within_one_bf16_step(rows_out[r * kLd + c], rows_ref[r * kLd + c]))
+                << rows << " x " << cols << " dS row " << r << " column " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(AmxProducts, SwitchReadsTheEnvironment) {
   {
     ScopedEnv off("TILEATTN_CPU_AMX", "off");
