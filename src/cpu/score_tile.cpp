@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/mask.h"
+#include "cpu/target_clones.h"
 
 namespace tileattn::cpu {
 
@@ -51,34 +52,44 @@ RowRange rows_seeing(const ScoreRule& rule, int row0, int rows, int col0, int co
   return range;
 }
 
+// Each row's masked columns are filled with -inf first, and the scale, softcap and ALiBi run over
+// its visible columns alone, a span the compiler vectorizes: the per-column mask test, on the
+// library's baseline SSE2, was 17.7% of a causal bf16 d128 S=1024 forward (its diagonal tiles are
+// 40% of the tiles there; session 70).
+TILEATTN_CPU_CLONES
 void finish_scores(const ScoreRule& rule, float* s, int lds, int row0, int rows, int col0,
                    int cols, bool mask, float* dtanh) {
   const float minus_inf = -std::numeric_limits<float>::infinity();
   for (int r = 0; r < rows; ++r) {
     float* t = s + static_cast<int64_t>(r) * lds;
+    float* d = dtanh ? dtanh + static_cast<int64_t>(r) * lds : nullptr;
     const int row = row0 + r;
+    int begin = 0, end = cols;
+    if (mask) {
+      const ColumnRange v =
+          visible_columns(row, rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
+      begin = std::clamp(v.first - col0, 0, cols);
+      end = std::clamp(v.last + 1 - col0, begin, cols);
+      std::fill(t, t + begin, minus_inf);
+      std::fill(t + end, t + cols, minus_inf);
+      if (d) {  // P is 0 there; tanh' is 0 too, so that no stale value meets it
+        std::fill(d, d + begin, 0.0f);
+        std::fill(d + end, d + cols, 0.0f);
+      }
+    }
     if (rule.softcap_log2 > 0.0f) {
-      float* d = dtanh ? dtanh + static_cast<int64_t>(r) * lds : nullptr;
-      for (int c = 0; c < cols; ++c) {
+      for (int c = begin; c < end; ++c) {
         const float th = std::tanh(t[c] * rule.product_scale);
         if (d) d[c] = 1.0f - th * th;
         t[c] = rule.softcap_log2 * th;
       }
     } else {
 #pragma omp simd
-      for (int c = 0; c < cols; ++c) t[c] *= rule.product_scale;
+      for (int c = begin; c < end; ++c) t[c] *= rule.product_scale;
     }
     if (rule.alibi_slope_log2 != 0.0f) {
-      for (int c = 0; c < cols; ++c) {
+      for (int c = begin; c < end; ++c) {
         t[c] -= rule.alibi_slope_log2 * alibi_distance(row, col0 + c, rule.seqlen_q, rule.seqlen_k);
-      }
-    }
-    if (mask) {
-      const ColumnRange v =
-          visible_columns(row, rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
-      for (int c = 0; c < cols; ++c) {
-        const int col = col0 + c;
-        if (col < v.first || col > v.last) t[c] = minus_inf;
       }
     }
   }

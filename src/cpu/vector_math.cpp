@@ -11,12 +11,7 @@
 
 #include "cpu/convert.h"
 #include "cpu/exp2_poly.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TILEATTN_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TILEATTN_CPU_CLONES
-#endif
+#include "cpu/target_clones.h"
 
 namespace tileattn::cpu {
 namespace {
