@@ -117,16 +117,29 @@ void pack_rows_transposed(const float* src, int src_ld, int src_rows, int src_co
   }
 }
 
-void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, int cols_padded, int depth_padded,
-                           uint16_t* dst) {
+TILEATTN_AMX_TARGET void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, int cols_padded,
+                                               int depth_padded, uint16_t* dst) {
   // Column c of B is row c of M, so each pair row t takes M[c][2t], M[c][2t + 1] for every c: a
-  // transpose of M read as 32-bit pairs.  Rows of M are converted once into `row`, then scattered.
+  // transpose of M read as 32-bit pairs.  Sixteen rows of M at a time are converted into `rows`,
+  // then each pair row's 16 values are gathered from them into one 64-byte store: the scalar
+  // scatter this replaces (one store a pair, each to another line of B) was 6.3% of a causal bf16
+  // d128 S1024 backward, which packs K^T and V^T once a key tile.
   uint32_t* out = reinterpret_cast<uint32_t*>(dst);
   const int pair_rows = depth_padded / 2;
-  alignas(64) uint32_t row[(256 + kDepthPerStep) / 2];
-  for (int c = 0; c < cols_padded; ++c) {
-    row_to_bf16(src + static_cast<int64_t>(c) * src_ld, c < cols ? depth : 0, depth_padded, reinterpret_cast<uint16_t*>(row));
-    for (int t = 0; t < pair_rows; ++t) out[static_cast<int64_t>(t) * cols_padded + c] = row[t];
+  constexpr int kMaxPairRows = (256 + kDepthPerStep) / 2;
+  alignas(64) uint32_t rows[16][kMaxPairRows];
+  const __m512i row_starts = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                _mm512_set1_epi32(kMaxPairRows));
+  for (int c0 = 0; c0 < cols_padded; c0 += 16) {
+    for (int i = 0; i < 16; ++i) {
+      const int c = c0 + i;
+      row_to_bf16(src + static_cast<int64_t>(c) * src_ld, c < cols ? depth : 0, depth_padded,
+                  reinterpret_cast<uint16_t*>(rows[i]));
+    }
+    for (int t = 0; t < pair_rows; ++t) {
+      const __m512i pairs = _mm512_i32gather_epi32(row_starts, &rows[0][t], 4);
+      _mm512_storeu_si512(out + static_cast<int64_t>(t) * cols_padded + c0, pairs);
+    }
   }
 }
 
