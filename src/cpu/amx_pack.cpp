@@ -45,6 +45,15 @@ TILEATTN_AMX_TARGET inline __m512 exp2_lanes(__m512 x) {
   return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), underflow, _mm512_setzero_ps());
 }
 
+// 16 columns of rows 2t (even) and 2t + 1 (odd) as one 64-byte row of the pairs layout, each bf16:
+// VCVTNE2PS2BF16 puts the even row's values in the low half and the odd row's in the high half,
+// and a word permutation interleaves them.
+TILEATTN_AMX_TARGET inline __m512i bf16_pairs(__m512 even, __m512 odd) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+
 }  // namespace
 
 TILEATTN_AMX_TARGET float exp2_row_to_bf16(const float* x, float scale, float shift, int count, int padded,
@@ -64,10 +73,7 @@ TILEATTN_AMX_TARGET float exp2_row_to_bf16(const float* x, float scale, float sh
 TILEATTN_AMX_TARGET void backward_operands(const float* scores, const float* dprobs, const float* dtanh, int ld,
                                            const float* lse_log2, const float* delta, int rows, int cols,
                                            uint16_t* p_pairs, uint16_t* ds_pairs, uint16_t* ds_rows, int ds_rows_ld) {
-  // Pairs interleave rows 2t and 2t + 1 as pack_pairs does; the dS rows of both are stored as they come.
-  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i interleave = _mm512_load_si512(kInterleave);
+  // Rows 2t and 2t + 1 at a time: their P and dS as pairs (bf16_pairs), their dS rows as they come.
   const int rows_deep = round_up(rows, kDepthPerStep), rows_tall = round_up(rows, kRowsPerTile);
   const int cols_wide = round_up(cols, kColsPerTile), cols_deep = round_up(cols, kDepthPerStep);
   for (int t = 0; t < rows_deep / 2; ++t) {
@@ -77,12 +83,13 @@ TILEATTN_AMX_TARGET void backward_operands(const float* scores, const float* dpr
       __m512 p[2], ds[2];
       for (int half = 0; half < 2; ++half) {
         const int r = 2 * t + half;
-        const __mmask16 live = first_lanes(r < rows ? cols - n : 0);
+        const bool real = r < rows;  // padding rows: no lane live, every output 0
+        const __mmask16 live = first_lanes(real ? cols - n : 0);
         const int64_t at = static_cast<int64_t>(r) * ld + n;
         const __m512 exponent = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, scores + at),
-                                              _mm512_set1_ps(r < rows ? lse_log2[r] : 0.0f));
+                                              _mm512_set1_ps(real ? lse_log2[r] : 0.0f));
         p[half] = _mm512_maskz_mov_ps(live, exp2_lanes(exponent));
-        const __m512 gap = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, dprobs + at), _mm512_set1_ps(r < rows ? delta[r] : 0.0f));
+        const __m512 gap = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, dprobs + at), _mm512_set1_ps(real ? delta[r] : 0.0f));
         ds[half] = _mm512_maskz_mul_ps(live, p[half], gap);
         if (dtanh != nullptr) ds[half] = _mm512_mul_ps(ds[half], _mm512_maskz_loadu_ps(live, dtanh + at));
         if (r < rows_tall) {
@@ -91,8 +98,8 @@ TILEATTN_AMX_TARGET void backward_operands(const float* scores, const float* dpr
         }
       }
       if (n < cols_wide) {
-        _mm512_storeu_si512(p_out + 2 * n, _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0])));
-        _mm512_storeu_si512(ds_out + 2 * n, _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(ds[1], ds[0])));
+        _mm512_storeu_si512(p_out + 2 * n, bf16_pairs(p[0], p[1]));
+        _mm512_storeu_si512(ds_out + 2 * n, bf16_pairs(ds[0], ds[1]));
       }
     }
   }
@@ -145,21 +152,15 @@ TILEATTN_AMX_TARGET void pack_pairs_transposed(const float* src, int src_ld, int
 
 TILEATTN_AMX_TARGET void pack_pairs(const float* src, int src_ld, int depth, int cols, int depth_padded,
                                     int cols_padded, uint16_t* dst) {
-  // Rows 2t and 2t + 1 of M, 16 columns at a time: VCVTNE2PS2BF16 puts the even row's 16 values
-  // in the low half and the odd row's in the high half, and a word permutation interleaves them.
-  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i interleave = _mm512_load_si512(kInterleave);
+  // Rows 2t and 2t + 1 of M, 16 columns at a time (bf16_pairs).
   for (int t = 0; t < depth_padded / 2; ++t) {
     const float* even = src + static_cast<int64_t>(2 * t) * src_ld;
     const float* odd = even + src_ld;
     const int even_count = 2 * t < depth ? cols : 0, odd_count = 2 * t + 1 < depth ? cols : 0;
     uint16_t* out = dst + static_cast<int64_t>(t) * 2 * cols_padded;
     for (int n = 0; n < cols_padded; n += 16) {
-      const __m512 low = _mm512_maskz_loadu_ps(first_lanes(even_count - n), even + n);
-      const __m512 high = _mm512_maskz_loadu_ps(first_lanes(odd_count - n), odd + n);
-      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(high, low);
-      _mm512_storeu_si512(out + 2 * n, _mm512_permutexvar_epi16(interleave, both));
+      _mm512_storeu_si512(out + 2 * n, bf16_pairs(_mm512_maskz_loadu_ps(first_lanes(even_count - n), even + n),
+                                                  _mm512_maskz_loadu_ps(first_lanes(odd_count - n), odd + n)));
     }
   }
 }

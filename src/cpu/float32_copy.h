@@ -12,7 +12,7 @@ namespace tileattn::cpu {
 
 struct Float32Rows {
   ScratchArray<float> storage;  // empty when the input already was float32; every element written
-  StridedRows rows;            // float32 data and strides to read
+  StridedRows rows;             // float32 data and strides to read
 };
 
 // batches x rows_per_batch x heads x dim elements of `src` (varlen: batches = 1, all rows).

@@ -21,7 +21,7 @@ struct Matrix {
 // C (m x n) = beta * C + op(A) op(B), op = transpose when the flag is set.
 inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, const Matrix& a, const Matrix& b,
                  float beta, float* c, int ldc) {
-  openblas_kernels();
+  openblas_kernels();  // every sgemm passes here, so OpenBLAS's kernels are settled before the first
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               m, n, k, 1.0f, a.data, static_cast<blasint>(a.ld), b.data, static_cast<blasint>(b.ld),
               beta, c, ldc);
