@@ -8,9 +8,10 @@ bench/results/ with the machine, date and commit, and prints a table.
 
     python3 bench/cpu.py                       # the full sweep (B=1, H=8, D 64/128, S 1k-4k)
     python3 bench/cpu.py --seqlens 1024 --headdims 64 --dtypes bfloat16
-    python3 bench/cpu.py --impls tileattn tileattn-sgemm torch   # bf16 on AMX and on sgemm
-`tileattn-sgemm` is tileattn with TILEATTN_CPU_AMX=off: its bf16 products on float32 sgemm, as on
-CPUs without AMX-BF16 (on those, and for float32, it is the same as `tileattn`).
+    python3 bench/cpu.py --impls tileattn tileattn-sgemm torch   # AMX / AVX-512 and sgemm
+`tileattn-sgemm` is tileattn with TILEATTN_CPU_AMX=off and TILEATTN_CPU_AVX512=off: its products on
+OpenBLAS's float32 sgemm, as on CPUs with neither AMX-BF16 nor AVX-512 (on those it is the same as
+`tileattn`).
 """
 
 import argparse
@@ -32,19 +33,25 @@ import tileattn
 IMPLS = ("tileattn", "tileattn-sgemm", "torch")
 
 
+SGEMM_SWITCHES = ("TILEATTN_CPU_AMX", "TILEATTN_CPU_AVX512")
+
+
 @contextlib.contextmanager
 def products_of(impl):
-    """TILEATTN_CPU_AMX=off while `tileattn-sgemm` is measured; the caller's setting otherwise."""
-    saved = os.environ.get("TILEATTN_CPU_AMX")
+    """TILEATTN_CPU_AMX and TILEATTN_CPU_AVX512 off while `tileattn-sgemm` is measured; the caller's
+    settings otherwise."""
+    saved = {name: os.environ.get(name) for name in SGEMM_SWITCHES}
     if impl == "tileattn-sgemm":
-        os.environ["TILEATTN_CPU_AMX"] = "off"
+        for name in SGEMM_SWITCHES:
+            os.environ[name] = "off"
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("TILEATTN_CPU_AMX", None)
-        else:
-            os.environ["TILEATTN_CPU_AMX"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def calls_of(impl, q, k, v, dout, causal):

@@ -6,8 +6,9 @@
 // One task owns a chunk of key tiles of one (batch, query head) and loops over the query tiles
 // that see them.  Every task writes float32 partial sums to its own slots, and the final sums run
 // in a fixed order, so the gradients are bitwise the same on every run with the same threads.
-// The five products run on sgemm, or for bfloat16 on a CPU with AMX on its bf16 tiles (P and dS
-// rounded to bf16, as the GPU kernels do), where dK and dV are accumulated transposed
+// The five products run on AVX-512 over float32 tiles (sgemm where the CPU has no AVX-512), or for
+// bfloat16 on a CPU with AMX on its bf16 tiles (P and dS rounded to bf16, as the GPU kernels do),
+// where dK and dV are accumulated transposed
 // (dK^T += Q^T dS) so that P and dS enter as B operands, whose layout is an interleave of rows,
 // instead of as A operands, which would need a transpose of every tile.
 #include <algorithm>
@@ -17,6 +18,7 @@
 
 #include "api/backends.h"
 #include "cpu/amx_bf16.h"
+#include "cpu/avx512_product.h"
 #include "cpu/dropout.h"
 #include "cpu/float32_copy.h"
 #include "cpu/gemm.h"
@@ -43,6 +45,30 @@ struct BackwardBuffers {
   ScratchArray<float> dv_expanded;
 };
 
+// The AVX-512 products' operands (none when dim is 0).  Q and dO are copied a tile pair at a time
+// (2 x 128 x D floats against five products of 128 x 256 x D): in the caller's tensors their rows
+// lie H x D floats apart, 4 KB at 8 x 128, which as B operands fill a few L1 sets (padded_ld).
+struct Float32Operands {
+  int64_t keys_ld, rows_ld;  // K^T's and V^T's rows; K's, Q's and dO's rows
+  ScratchArray<float> k_transposed, v_transposed, k_rows, q_rows, dout_rows;
+
+  explicit Float32Operands(int dim)
+      : keys_ld(avx512::padded_ld(kBwdBlockN)),
+        rows_ld(avx512::padded_ld(dim)),
+        k_transposed(dim * keys_ld),
+        v_transposed(dim * keys_ld),
+        k_rows(dim > 0 ? kBwdBlockN * rows_ld : 0),
+        q_rows(dim > 0 ? kBwdBlockM * rows_ld : 0),
+        dout_rows(dim > 0 ? kBwdBlockM * rows_ld : 0) {}
+};
+
+// rows x dim floats from src (rows src.ld apart) into dst, rows ld apart.
+void copy_rows(const Matrix& src, int rows, int dim, float* dst, int64_t ld) {
+  for (int r = 0; r < rows; ++r) {
+    std::copy(src.data + r * src.ld, src.data + r * src.ld + dim, dst + r * ld);
+  }
+}
+
 struct BackwardScratch {
   std::vector<float> q, dout, k, v;  // converted tiles (not float32)
   std::vector<float> dk, dv, probs, dprobs, dtanh, lse_log2, delta;
@@ -51,11 +77,15 @@ struct BackwardScratch {
   // and dS as rows (A of dQ); dK^T and dV^T (D padded to 16 rows of kBwdBlockN) and one tile's dQ.
   ScratchArray<uint16_t> k_transposed, v_transposed, k_pairs, p_pairs, ds_pairs, ds_rows;
   ScratchArray<float> dk_transposed, dv_transposed, dq_tile;
+  // The AVX-512 path's B operands, rows avx512::padded_ld apart: per key tile K^T and V^T (of S and
+  // dP) and K (of dQ), per tile pair Q and dO (of dK and dV; also read as A of S and dP).
+  Float32Operands float32_operands;
 
-  BackwardScratch(int dim, const PackedQueryTiles* packed)
+  BackwardScratch(int dim, const PackedQueryTiles* packed, bool on_avx512)
       : q(kBwdBlockM * dim), dout(kBwdBlockM * dim), k(kBwdBlockN * dim), v(kBwdBlockN * dim),
         dk(packed ? 0 : kBwdBlockN * dim), dv(packed ? 0 : kBwdBlockN * dim), probs(kBwdBlockM * kBwdBlockN),
-        dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN), lse_log2(kBwdBlockM), delta(kBwdBlockM) {
+        dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN), lse_log2(kBwdBlockM), delta(kBwdBlockM),
+        float32_operands(on_avx512 ? dim : 0) {
     if (packed == nullptr) return;
     const size_t tile = kBwdBlockM * kBwdBlockN, keys_by_depth = static_cast<size_t>(kBwdBlockN) * packed->depth();
     const size_t keys_by_columns = static_cast<size_t>(kBwdBlockN) * packed->columns();
@@ -112,6 +142,7 @@ struct Inputs {
   Float32Rows q, dout;
   StridedRows k, v;
   const PackedQueryTiles* packed = nullptr;
+  bool on_avx512 = false;  // float32 products on AVX-512 (else sgemm), where packed is null
 };
 
 // The AMX path's per-key-tile operands from the float32 K and V tiles (cols x D): K^T and V^T as
@@ -193,9 +224,15 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
     const int cols = std::min(kBwdBlockN, seq.seqlen_k - col0);
     const Matrix k_tile = tile_operand(f.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
     const Matrix v_tile = tile_operand(f.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
+    Float32Operands& ops = w.float32_operands;
     if (packed != nullptr) {
       pack_key_tile(k_tile, v_tile, cols, dim, *packed, w);
     } else {
+      if (in.on_avx512) {
+        avx512::transpose(k_tile.data, k_tile.ld, cols, dim, ops.k_transposed.data(), ops.keys_ld);
+        avx512::transpose(v_tile.data, v_tile.ld, cols, dim, ops.v_transposed.data(), ops.keys_ld);
+        copy_rows(k_tile, cols, dim, ops.k_rows.data(), ops.rows_ld);
+      }
       std::fill(w.dk.begin(), w.dk.end(), 0.0f);
       std::fill(w.dv.begin(), w.dv.end(), 0.0f);
     }
@@ -214,6 +251,10 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       const Matrix q_tile = packed ? Matrix{} : tile_operand(TILEATTN_FLOAT32, q, seq, row0, rows, task.head, dim, w.q.data());
       const Matrix dout_tile =
           packed ? Matrix{} : tile_operand(TILEATTN_FLOAT32, dout, seq, row0, rows, task.head, dim, w.dout.data());
+      if (in.on_avx512) {
+        copy_rows(q_tile, rows, dim, ops.q_rows.data(), ops.rows_ld);
+        copy_rows(dout_tile, rows, dim, ops.dout_rows.data(), ops.rows_ld);
+      }
       // S = Q K^T and dP = dO V^T on AMX: the packed query-side block times K^T or V^T as pairs.
       auto scores_on_amx = [&](PackedQueryTiles::Block rows_block, const uint16_t* keys_transposed, float* c) {
         amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(seen, amx::kColsPerTile), packed->depth(),
@@ -229,6 +270,9 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       // P = 2^(t - LSE log2 e), recomputed from Q, K and the saved LSE.
       if (packed != nullptr) {
         scores_on_amx(PackedQueryTiles::kQ, w.k_transposed.data(), w.probs.data());
+      } else if (in.on_avx512) {
+        avx512::product(rows, seen, dim, {ops.q_rows.data(), ops.rows_ld, 1}, ops.k_transposed.data(), ops.keys_ld,
+                        w.probs.data(), kBwdBlockN, false);
       } else {
         gemm_nt(rows, seen, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBwdBlockN);
       }
@@ -241,6 +285,9 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       // dP = dO V^T
       if (packed != nullptr) {
         scores_on_amx(PackedQueryTiles::kDout, w.v_transposed.data(), w.dprobs.data());
+      } else if (in.on_avx512) {
+        avx512::product(rows, seen, dim, {ops.dout_rows.data(), ops.rows_ld, 1}, ops.v_transposed.data(), ops.keys_ld,
+                        w.dprobs.data(), kBwdBlockN, false);
       } else {
         gemm_nt(rows, seen, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
       }
@@ -279,6 +326,15 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       if (packed != nullptr) {
         pack_on_amx(rows, seen, w);
         products_on_amx(*packed, task, query_tile, rows, seen, dim, dq_rows, w);
+        continue;
+      }
+      if (in.on_avx512) {
+        avx512::product(seen, dim, rows, {w.probs.data(), 1, kBwdBlockN}, ops.dout_rows.data(), ops.rows_ld,
+                        w.dv.data(), dim, true);
+        avx512::product(seen, dim, rows, {w.dprobs.data(), 1, kBwdBlockN}, ops.q_rows.data(), ops.rows_ld,
+                        w.dk.data(), dim, true);
+        avx512::product(rows, dim, seen, {w.dprobs.data(), kBwdBlockN, 1}, ops.k_rows.data(), ops.rows_ld, dq_rows,
+                        dim, true);
         continue;
       }
       const Matrix p_tile{w.probs.data(), kBwdBlockN};
@@ -401,12 +457,13 @@ void cpu_backward(const BackwardParams& p) {
   } else {
     in.q = float32_operand(f, f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, false);
     in.dout = float32_operand(f, p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride, false);
+    in.on_avx512 = avx512::enabled();
   }
   // Task t is (batch, chunk, head) in that nesting order, worked out from t rather than listed (a
   // list is 12 bytes a task: 12 GB at 2^30 heads).
   const int64_t heads = f.num_heads, per_batch = heads * buf.chunks;
   parallel_tasks<BackwardScratch>(
-      f.batch * per_batch, f.num_threads, [&] { return BackwardScratch(f.head_dim, in.packed); },
+      f.batch * per_batch, f.num_threads, [&] { return BackwardScratch(f.head_dim, in.packed, in.on_avx512); },
       [&](int64_t t, BackwardScratch& w) {
         const KeyChunk task{static_cast<int>(t / per_batch), static_cast<int>(t % heads),
                             static_cast<int>(t % per_batch / heads)};

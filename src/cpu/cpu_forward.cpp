@@ -1,7 +1,8 @@
 // The CPU forward: FlashAttention-2's Algorithm 1 on float32 tiles.  One task owns one query tile
 // of one (batch, head) and sweeps the key tiles it can see, keeping only kFwdBlockM x kFwdBlockN scores
-// alive at a time; no seqlen^2 buffer exists.  The two products run on sgemm, or for bfloat16 on a
-// CPU with AMX on its bf16 tiles (P rounded to bf16 for P V, as the GPU kernels do).
+// alive at a time; no seqlen^2 buffer exists.  The two products run on AVX-512 over float32 tiles
+// (sgemm where the CPU has no AVX-512), or for bfloat16 on a CPU with AMX on its bf16 tiles (P
+// rounded to bf16 for P V, as the GPU kernels do).
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -11,9 +12,11 @@
 #include "api/backends.h"
 #include "cpu/amx_bf16.h"
 #include "cpu/amx_cache_tiles.h"
+#include "cpu/avx512_product.h"
 #include "cpu/dropout.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/float32_copy.h"
+#include "cpu/float32_key_tiles.h"
 #include "cpu/gemm.h"
 #include "cpu/online_softmax.h"
 #include "cpu/packed_key_tiles.h"
@@ -36,8 +39,10 @@ struct ForwardScratch {
   ScratchArray<uint16_t> q_packed, p_packed;  // the AMX path's A operands (bf16)
   std::unique_ptr<amx::CacheTileScratch> cache;  // the AMX path on a bf16 cache in place
 
-  ForwardScratch(int dim, const PackedKeyTiles* packed, bool cache_tiles)
-      : q(kFwdBlockM * dim), k(packed || cache_tiles ? 0 : kFwdBlockN * dim), v(packed || cache_tiles ? 0 : kFwdBlockN * dim),
+  // key_tiles: K and V are read from blocks made once a call (packed or float32_tiles), not tiles.
+  ForwardScratch(int dim, const PackedKeyTiles* packed, bool cache_tiles, bool key_tiles)
+      : q(kFwdBlockM * dim), k(key_tiles || cache_tiles ? 0 : kFwdBlockN * dim),
+        v(key_tiles || cache_tiles ? 0 : kFwdBlockN * dim),
         scores(kFwdBlockM * kFwdBlockN), rows(kFwdBlockM), out_ld(amx::round_up(dim, amx::kColsPerTile)),
         q_packed(packed ? kFwdBlockM * packed->depth() : 0),
         p_packed(packed || cache_tiles ? kFwdBlockM * kFwdBlockN : 0),
@@ -52,15 +57,21 @@ struct QueryTile {
 
 // q in the call's dtype, converted tile by tile (each query tile is read once, by one task); k and
 // v as float32 rows (copies of bfloat16/float16 inputs, made once: every query tile reads them), or
-// in their own dtype (kv_dtype), converted tile by tile as they are read; or, on the AMX path,
-// packed once as bf16 tiles (then k and v are unused), or read as bf16 where they lie
-// (cache_tiles: a decode step on a bf16 cache, amx_cache_tiles.h).
+// in their own dtype (kv_dtype), converted tile by tile as they are read; or laid out once as the
+// AVX-512 products' float32 blocks (float32_tiles); or, on the AMX path, packed once as bf16 tiles,
+// or read as bf16 where they lie (cache_tiles: a decode step on a bf16 cache, amx_cache_tiles.h).
+// k and v are unused but for the tile-by-tile paths.
 struct Inputs {
   StridedRows q;
   Float32Rows k, v;
   tileattn_dtype kv_dtype = TILEATTN_FLOAT32;
+  const Float32KeyTiles* float32_tiles = nullptr;
   const PackedKeyTiles* packed = nullptr;
   bool cache_tiles = false;
+
+  // Whether K and V come in blocks of kFwdBlockN keys made once a call, so a sweep starts at a
+  // block's first key.
+  bool key_blocks() const { return packed != nullptr || float32_tiles != nullptr; }
 };
 
 StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_side) {
@@ -70,7 +81,8 @@ StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_
 // S = Q K^T for the tile's rows [row_lo, row_lo + rows) and key columns col0 .. col0 + cols - 1
 // into those rows of w.scores (ld kFwdBlockN): on AMX from the packed Q tile and the packed key tile
 // (col0 a multiple of kFwdBlockN there) or from the cache's rows in place (col0 a multiple of 16,
-// row_lo 0), else by sgemm.  On AMX row_lo is a multiple of its 16-row tiles.
+// row_lo 0); on AVX-512 from Q in place and the K^T block (col0 a multiple of kFwdBlockN); else by
+// sgemm.  On AMX row_lo is a multiple of its 16-row tiles.
 void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& tile, int head_k, int row_lo,
                     int rows, int col0, int cols, int dim, const Matrix& q_tile, ForwardScratch& w) {
   float* scores = w.scores.data() + static_cast<int64_t>(row_lo) * kFwdBlockN;
@@ -86,18 +98,25 @@ void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& 
     amx::cache_scores(in.k.rows, seq, head_k, col0, cols, rows, dim, *w.cache, scores, kFwdBlockN);
     return;
   }
+  if (in.float32_tiles != nullptr) {
+    const Float32KeyTiles& keys = *in.float32_tiles;
+    avx512::product(rows, cols, dim, {q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld, 1},
+                    keys.kt_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.kt_ld(), scores, kFwdBlockN,
+                    false);
+    return;
+  }
   const Matrix k_tile = tile_operand(in.kv_dtype, in.k.rows, seq, col0, cols, head_k, dim, w.k.data());
   gemm_nt(rows, cols, dim, Matrix{q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld}, k_tile, 0.0f,
           scores, kFwdBlockN);
 }
 
-// The first key column a query tile's sweep starts at.  Packed key tiles start at multiples of
-// kFwdBlockN, so the AMX path starts at the tile holding the first visible key (the keys before
-// it are masked like any invisible key); on a cache in place at a multiple of 16, where a paged
-// cache's 16-key groups lie within a page.
+// The first key column a query tile's sweep starts at.  Key blocks made once a call start at
+// multiples of kFwdBlockN, so those paths start at the block holding the first visible key (the
+// keys before it are masked like any invisible key); on a cache in place at a multiple of 16, where
+// a paged cache's 16-key groups lie within a page.
 int first_column(const Inputs& in, const KeySpan& span) {
   if (in.cache_tiles) return span.first - span.first % amx::kRowsPerTile;
-  return in.packed != nullptr ? span.first - span.first % kFwdBlockN : span.first;
+  return in.key_blocks() ? span.first - span.first % kFwdBlockN : span.first;
 }
 
 // attn_probs for one finished query tile: P = 2^(t - lse * log2 e), dropped entries negated.
@@ -205,6 +224,10 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
       amx::product(amx_rows, packed->columns(), depth, {w.p_packed.data() + lo_scores, kFwdBlockN},
                    {packed->v_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * packed->columns()},
                    out_rows, w.out_ld, true);
+    } else if (in.float32_tiles != nullptr) {
+      const Float32KeyTiles& keys = *in.float32_tiles;
+      avx512::product(hi - lo, dim, cols, {w.scores.data() + lo_scores, kFwdBlockN, 1},
+                      keys.v_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.v_ld(), out_rows, w.out_ld, true);
     } else {
       const Matrix v_tile = tile_operand(in.kv_dtype, in.v.rows, seq, col0, cols, head_k, dim, w.v.data());
       gemm_nn(hi - lo, dim, cols, Matrix{w.scores.data() + lo_scores, kFwdBlockN}, v_tile, 1.0f, out_rows, w.out_ld);
@@ -252,7 +275,7 @@ void run_tiles(const ForwardParams& p, const Inputs& in) {
   const std::vector<QueryTile> tiles = query_tiles(p);
   parallel_tasks<ForwardScratch>(
       static_cast<int64_t>(tiles.size()), p.num_threads,
-      [&] { return ForwardScratch(p.head_dim, in.packed, in.cache_tiles); },
+      [&] { return ForwardScratch(p.head_dim, in.packed, in.cache_tiles, in.key_blocks()); },
       [&](int64_t task, ForwardScratch& w) { forward_tile(p, in, tiles[task], w); });
 }
 
@@ -285,6 +308,16 @@ void cpu_forward(const ForwardParams& p) {
                                 StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true});
     Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false), {}, {}};
     in.packed = &packed;
+    run_tiles(p, in);
+    return;
+  }
+  // float32 products on AVX-512 from K^T and V blocks laid out once (float32_key_tiles.h).
+  if (avx512::enabled()) {
+    const Float32KeyTiles key_tiles(p, p.dtype,
+                                    StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true},
+                                    StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true});
+    Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false), {}, {}};
+    in.float32_tiles = &key_tiles;
     run_tiles(p, in);
     return;
   }

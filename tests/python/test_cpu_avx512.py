@@ -1,0 +1,34 @@
+"""The CPU backend's float32 tile products on AVX-512 (src/cpu/avx512_product.*), chosen on every
+call by TILEATTN_CPU_AVX512 (auto: where the CPU has AVX-512F; off: OpenBLAS's sgemm, the path of
+CPUs without it).  They take float32 and float16 calls, and bf16 ones where AMX is off or missing.
+The rest of the suite runs on the path the host takes, and scripts/test.sh runs the core numeric
+files again with both switches off.  Here: both paths against float64, forward and backward, with
+a partial 6-row block, 16-float vector and 64-column panel in every product (head dims 8, 72 and
+256, key spans that start inside a key tile under a window), and the switch's error."""
+
+import pytest
+import torch
+
+from test_attention import MASKS, run_and_compare
+from tileattn import flash_attn_func
+
+SHAPES = [(1, 1, 1, 1, 1, 8), (2, 17, 127, 7, 1, 64), (1, 300, 1000, 2, 2, 72), (1, 257, 333, 2, 1, 256)]
+
+
+@pytest.mark.parametrize("path", ["auto", "off"])
+@pytest.mark.parametrize("mask", ["none", "window", "causal_window"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_both_float32_product_paths_hold_the_rule(monkeypatch, path, mask, dtype, shape):
+    monkeypatch.setenv("TILEATTN_CPU_AVX512", path)
+    monkeypatch.setenv("TILEATTN_CPU_AMX", "off")  # bf16 on float32 tiles too
+    causal, window = MASKS[mask]
+    run_and_compare("cpu", dtype, shape, causal=causal, window_size=window)
+
+
+def test_unknown_value_is_an_error(monkeypatch):
+    monkeypatch.setenv("TILEATTN_CPU_AVX512", "on")
+    x = torch.randn(1, 8, 1, 16)
+    with pytest.raises(ValueError) as raised:
+        flash_attn_func(x, x, x)
+    assert raised.value.argument == "TILEATTN_CPU_AVX512"
