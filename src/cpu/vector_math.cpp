@@ -37,11 +37,11 @@ inline float exp2_approx(float x) {
 }  // namespace
 
 TILEATTN_CPU_CLONES
-float exp2_shifted_sum(const float* x, float shift, int count, float* y) {
+float exp2_shifted_sum(const float* x, float scale, float shift, int count, float* y) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int i = 0; i < count; ++i) {
-    y[i] = exp2_approx(x[i] - shift);
+    y[i] = exp2_approx(scale * x[i] - shift);
     sum += y[i];
   }
   return sum;

@@ -8,9 +8,11 @@
 
 namespace tileattn::cpu {
 
-// y[i] = 2^(x[i] - shift), and the sum of the y[i].  Inputs below -126 (and -inf) give exactly 0,
-// so a masked score can never leak a denormal weight into a row.
-float exp2_shifted_sum(const float* x, float shift, int count, float* y);
+// y[i] = 2^(scale x[i] - shift) (scale x[i] rounded as finish_scores rounds it; the baseline clone
+// has no FMA), and the sum of the y[i].
+// Exponents below -126 (and -inf) give exactly 0, so a masked score can never leak a denormal
+// weight into a row.
+float exp2_shifted_sum(const float* x, float scale, float shift, int count, float* y);
 
 // The same, without the sum (the backward recomputes P from the saved LSE).
 void exp2_shifted(const float* x, float shift, int count, float* y);
