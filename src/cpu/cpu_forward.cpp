@@ -294,6 +294,12 @@ void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, cons
     run_tiles(p, in);
     return;
   }
+  if (products == KvProducts::kAvx512Tiles) {
+    const Float32KeyTiles key_tiles(p, kv_dtype, in.k.rows, in.v.rows);
+    in.float32_tiles = &key_tiles;
+    run_tiles(p, in);
+    return;
+  }
   run_tiles(p, in);
 }
 

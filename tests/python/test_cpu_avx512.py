@@ -4,12 +4,16 @@ CPUs without it).  They take float32 and float16 calls, and bf16 ones where AMX 
 The rest of the suite runs on the path the host takes, and scripts/test.sh runs the core numeric
 files again with both switches off.  Here: both paths against float64, forward and backward, with
 a partial 6-row block, 16-float vector and 64-column panel in every product (head dims 8, 72 and
-256, key spans that start inside a key tile under a window), and the switch's error."""
+256, key spans that start inside a key tile under a window), KV-cache prefill chunks, and the
+switch's error."""
 
 import pytest
 import torch
 
+import tileattn
 from test_attention import MASKS, run_and_compare
+from test_cpu_amx import PREFILL_CASES
+from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from tileattn import flash_attn_func
 
 SHAPES = [(1, 1, 1, 1, 1, 8), (2, 17, 127, 7, 1, 64), (1, 300, 1000, 2, 2, 72), (1, 257, 333, 2, 1, 256)]
@@ -24,6 +28,19 @@ def test_both_float32_product_paths_hold_the_rule(monkeypatch, path, mask, dtype
     monkeypatch.setenv("TILEATTN_CPU_AMX", "off")  # bf16 on float32 tiles too
     causal, window = MASKS[mask]
     run_and_compare("cpu", dtype, shape, causal=causal, window_size=window)
+
+
+# flash_attn_with_kvcache lays K/V out once for 64 query rows a sequence or more (a chunk of
+# prefill): contiguous and paged caches, cache_batch_idx, leftpad, rotary, window, softcap, ALiBi.
+@pytest.mark.parametrize("path", ["auto", "off"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("case", PREFILL_CASES)
+def test_kvcache_prefill_on_both_paths_holds_the_rule(monkeypatch, path, dtype, case):
+    monkeypatch.setenv("TILEATTN_CPU_AVX512", path)
+    opts = dict(DEFAULTS, **PREFILL_CASES[case])
+    args, slot, first = make_problem(opts, dtype, "cpu")
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, dtype, args, slot, first, out, lse)
 
 
 def test_unknown_value_is_an_error(monkeypatch):
