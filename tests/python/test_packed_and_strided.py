@@ -75,16 +75,20 @@ def test_varlen_packed_equal_unpacked(device):
     assert torch.equal(dq, dq2) and torch.equal(dkv, torch.stack([dk, dv], dim=1))
 
 
-def test_non_contiguous_inputs_match_contiguous(device):
+# float32: the CPU reads Q and K/V tiles of float32 calls in place, at the views' strides.
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_non_contiguous_inputs_match_contiguous(device, dtype):
+    if device == "cuda" and dtype == torch.float32:
+        pytest.skip("the CUDA kernels take fp16 and bf16")
     batch, seqlen, heads, head_dim = 2, 61, 4, 32
     # Views of one packed qkv (row stride 3*H*D), a (B, H, S, D) tensor transposed to (B, S, H, D),
     # and a head dim with stride 2 (copied by the package, as flash-attn does).
-    qkv = rand(batch, seqlen, 3, heads, head_dim, dtype=torch.bfloat16, device=device)
+    qkv = rand(batch, seqlen, 3, heads, head_dim, dtype=dtype, device=device)
     q = qkv[:, :, 0]
-    k = rand(batch, heads, seqlen, head_dim, dtype=torch.bfloat16, device=device).transpose(1, 2)
-    v = rand(batch, seqlen, heads, 2 * head_dim, dtype=torch.bfloat16, device=device)[..., ::2]
+    k = rand(batch, heads, seqlen, head_dim, dtype=dtype, device=device).transpose(1, 2)
+    v = rand(batch, seqlen, heads, 2 * head_dim, dtype=dtype, device=device)[..., ::2]
     assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
-    dout = torch.randn(batch, seqlen, heads, head_dim, dtype=torch.bfloat16, device=device)
+    dout = torch.randn(batch, seqlen, heads, head_dim, dtype=dtype, device=device)
     # A non-contiguous gradient too: the transposed view of a (B, H, S, D) tensor.
     dout_strided = dout.transpose(1, 2).contiguous().transpose(1, 2)
 
