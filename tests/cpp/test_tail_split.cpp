@@ -168,7 +168,8 @@ TEST(Sm90TailSplit, KeySplitPartsFollowTheRule) {
   EXPECT_EQ(key_split_parts(a, 67, 128, 132), 0);   // more than half
   EXPECT_EQ(key_split_parts(a, 8, 7, 132), 0);      // short keys
   EXPECT_EQ(key_split_parts(a, 8, 8, 132), 2);
-  EXPECT_EQ(key_split_parts(TailSplitMode::kOn, 500, 1, 132), 2);
+  EXPECT_EQ(key_split_parts(TailSplitMode::kOn, 132, 1, 132), 2);  // two rounds of pieces
+  EXPECT_EQ(key_split_parts(TailSplitMode::kOn, 133, 1, 132), 0);  // its workspace bound
   EXPECT_EQ(key_split_parts(TailSplitMode::kOn, 3, 1, 132), 16);
   EXPECT_EQ(key_split_parts(TailSplitMode::kOff, 8, 128, 132), 0);
 }

@@ -329,7 +329,8 @@ def test_key_split_of_sequence_bounds_calls(monkeypatch, head_dim):
     the device (the key split, src/cuda/sm90/tail_split.h) under TILEATTN_FORWARD_TAIL_SPLIT: on
     agrees with off to bf16 rounding, causal and windowed too, with sequences of no key and no query
     row among them, gives the same bits on every run (the shares merge in part order), and auto
-    takes it for two sequences of 6k keys and 100 query rows (one tile a head)."""
+    takes it for two sequences of 6k keys and 100 query rows (one tile a head); on leaves a call of
+    more tiles than slots whole."""
     if not (torch.cuda.is_available() and tileattn.has_cuda()
             and torch.cuda.get_device_capability() == (9, 0)):
         pytest.skip("the key split is the sm90 forward's")
@@ -361,6 +362,16 @@ def test_key_split_of_sequence_bounds_calls(monkeypatch, head_dim):
             assert not torch.equal(on[1], off[1]) and not torch.equal(auto[1], off[1])
             torch.testing.assert_close(auto[0], off[0], rtol=0, atol=2e-2)
             torch.testing.assert_close(auto[1], off[1], rtol=0, atol=1e-4)
+    # On leaves a call of more tiles than CTA slots whole (the partials' workspace bound,
+    # tail_split_choice.h): 100 sequences x 4 heads = 400 tiles, off's bits.
+    q = torch.randn(100 * 128, heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(100 * 1024, heads_k, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    cu_q, cu_k = (torch.arange(0, 101 * n, n, device="cuda", dtype=torch.int32) for n in (128, 1024))
+    bits = []
+    for choice in ("on", "off"):
+        monkeypatch.setenv("TILEATTN_FORWARD_TAIL_SPLIT", choice)
+        bits.append(flash_attn_varlen_func(q, k, v, cu_q, cu_k, 128, 1024, return_attn_probs=True)[:2])
+    assert torch.equal(bits[0][0], bits[1][0]) and torch.equal(bits[0][1], bits[1][1])
 
 
 @pytest.mark.parametrize("head_dim, multicast", [(64, "off"), (128, "off"), (128, "on"), (256, "on")])

@@ -97,6 +97,13 @@ def test_both_kernel_paths(case, route, monkeypatch):
     check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
 
 
+def device_family(monkeypatch):
+    """The forward family the device takes by default (sm90 on compute capability 9.0): the route's
+    packed heads and pages are sm90 kernels, and the GPU suite also runs this file with
+    TILEATTN_FORWARD_FAMILY=sm80, where such calls take the decode kernels instead."""
+    monkeypatch.setenv("TILEATTN_FORWARD_FAMILY", "auto")
+
+
 sm90_only = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                reason="packed heads on the forward route: the sm90 forward family")
 
@@ -107,6 +114,7 @@ def test_packed_heads(case, monkeypatch):
     """The route with each KV group's query heads packed into the forward's rows (row r of KV head h
     is token r // g's query head g h + r % g; sm90/packed_heads_sm90.h): q copied (and rotated) in
     that order, the masks reading a row's token, out and LSE copied back."""
+    device_family(monkeypatch)
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "on")
     monkeypatch.setenv("TILEATTN_KVCACHE_PACK_GQA", "on")
     options, capacity = CASES[case]
@@ -125,6 +133,7 @@ def test_auto_packs_heads_where_the_tiles_take_fewer_rounds(monkeypatch):
     SMs (128-row tiles at d128, 132 SMs): 40 sequences x 32 query heads of 16 rows are 1280 tiles
     unpacked, 320 packed, and of 64 rows 1280 against 640 (two tiles a group); 4 sequences are 128
     and 32, one round either way, and 40 of 128 rows 1280 either way: those stay unpacked."""
+    device_family(monkeypatch)
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
     for batch, rows, packs in ((40, 16, True), (40, 64, True), (4, 16, False), (40, 128, False)):
         opts = dict(DEFAULTS, heads=32, heads_k=8, dim=128, seqlen_new=0, seqlen_q=rows, causal=True)
@@ -212,6 +221,7 @@ def test_pages_take_the_route(case, monkeypatch):
     """Under auto, many-row calls over pages of any size run on the forward kernels (the route's
     lengths kernel, with rotary its q rotation, then the sm90 forward), not on the decode kernels;
     their results are right."""
+    device_family(monkeypatch)
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
     options, capacity = CASES[case]
     opts = dict(DEFAULTS, **options)
@@ -235,6 +245,7 @@ def test_route_threshold_over_small_pages_and_contiguous(monkeypatch):
     cache: with 5 query heads a KV head 15 rows stay on the decode kernels and 16 go, with 2 heads
     16 rows (32 a group) stay and 24 (48) go.  8 sequences, so that the decode kernels' streams
     (8 x 4 KV heads x 3-5 chunks of 16 group rows) are past the rule's 32."""
+    device_family(monkeypatch)
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
     cases = [(page, heads, rows, routed) for page in (16, 0)
              for heads, rows, routed in ((20, 15, False), (20, 16, True), (8, 16, False), (8, 24, True))]
@@ -313,6 +324,7 @@ def test_route_workspace_is_checked_before_anything_runs(monkeypatch):
     units), and where it may pack heads (compute capability 9.0) the copies of q, out and the LSE;
     the size query covers them, and a workspace too small is refused naming it before the new
     tokens are appended."""
+    device_family(monkeypatch)
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "on")
     q = torch.randn(70, 32, 4, 64, dtype=torch.bfloat16, device="cuda")
     k_cache = torch.randn(70, 256, 2, 64, dtype=torch.bfloat16, device="cuda")

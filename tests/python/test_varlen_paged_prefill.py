@@ -59,6 +59,7 @@ def test_paged_prefill_takes_the_forward_route(page_size, monkeypatch, kvcache_p
     kernel and the sm90 forward, over pages read box by box (16) or a key block at a time (256),
     with no gather (kvcache_path_only fails a gathered call)."""
     monkeypatch.setenv("TILEATTN_KVCACHE_FORWARD", "auto")
+    monkeypatch.setenv("TILEATTN_FORWARD_FAMILY", "auto")  # the GPU suite also forces sm80
     rows = 48
     assert _paged_varlen_kvcache.forward_route_exists(torch.empty(0, device="cuda"))
     names = cuda_kernel_names(lambda: run_decode("cuda", torch.bfloat16, [rows, rows, rows], [300, rows, 700],

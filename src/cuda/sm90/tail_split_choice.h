@@ -31,8 +31,10 @@ inline bool use_tail_split(TailSplitMode mode, int num_tiles, int key_blocks, in
 // tiles fill at most half the slots and the longest sequence has at least kMinKeyBlocks blocks, into
 // as many pieces as fit the slots, each of at least kMinBlocksPerPiece blocks of the longest
 // sequence, at most kMaxParts (each piece pays a tile's boundary and a slot of partials: tail_split.h).
-// On cuts every such call in two at least, one-block and key-less tiles included (the tests' way to
-// pieces that see no key).
+// On cuts every such call of at most `slots` tiles in two at least, one-block and key-less tiles
+// included (the tests' way to pieces that see no key); larger calls stay whole, so the partials'
+// workspace stays within two slots a CTA, as the tail split's (10,000 tiles in two at d128 would
+// ask ~1.4 GB).
 // The thresholds are first guesses, not A/B'd one by one; the split as a whole measured on the
 // KV-cache route (H100, session 69): 1 x 16k keys x 16-128 rows 131-163 -> 52-64 us, 1 x 4k 38-47
 // -> 24-29.
@@ -40,7 +42,7 @@ inline int key_split_parts(TailSplitMode mode, int num_tiles, int key_blocks, in
   constexpr int kMinKeyBlocks = 8, kMinBlocksPerPiece = 4, kMaxParts = 16;
   if (mode == TailSplitMode::kOff || num_tiles < 1) return 0;
   const int fit = slots / num_tiles;
-  if (mode == TailSplitMode::kOn) return fit < 2 ? 2 : (fit < kMaxParts ? fit : kMaxParts);
+  if (mode == TailSplitMode::kOn) return num_tiles > slots ? 0 : (fit < 2 ? 2 : (fit < kMaxParts ? fit : kMaxParts));
   if (2 * num_tiles > slots || key_blocks < kMinKeyBlocks) return 0;
   int parts = fit < kMaxParts ? fit : kMaxParts;
   if (parts > key_blocks / kMinBlocksPerPiece) parts = key_blocks / kMinBlocksPerPiece;
