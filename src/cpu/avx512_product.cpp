@@ -1,6 +1,8 @@
 #include "cpu/avx512_product.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 #include "common/env_choice.h"
@@ -105,6 +107,13 @@ void product(int m, int n, int k, const StridedOperand& a, const float* b, int64
 
 TILEATTN_AVX512_TARGET void transpose(const float* src, int64_t src_ld, int rows, int cols, float* dst,
                                       int64_t dst_ld) {
+  // The gathers' offsets are 32-bit: rows further apart (a view with a huge key stride) go one by one.
+  if (src_ld > std::numeric_limits<int32_t>::max() / kLanes) {
+    for (int c = 0; c < cols; ++c) {
+      for (int r = 0; r < rows; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+    }
+    return;
+  }
   const __m512i row_offsets = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                  _mm512_set1_epi32(static_cast<int>(src_ld)));
   for (int r0 = 0; r0 < rows; r0 += kLanes) {

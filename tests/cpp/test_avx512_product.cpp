@@ -4,6 +4,7 @@
 // entries past n columns must stay as they were.  Skipped on CPUs without AVX-512F; the
 // TILEATTN_CPU_AVX512 switch is checked everywhere.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cmath>
 #include <cstdint>
@@ -86,6 +87,27 @@ TEST(Avx512Product, TransposeMatchesAndStopsAtColumns) {
             << "rows=" << rows << " at (" << c << ", " << r << ")";
       }
     }
+  }
+}
+
+// Rows 2^28 floats apart (1 GiB) would overflow the gathers' 32-bit offsets; the source is mapped
+// but only the touched pages are ever backed.
+TEST(Avx512Product, TransposeOfRowsTooFarApartForGathers) {
+  if (!avx512::enabled()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  const int64_t src_ld = int64_t{1} << 28;
+  const int rows = 17, cols = 3;
+  const size_t bytes = static_cast<size_t>((rows - 1) * src_ld + cols) * sizeof(float);
+  void* mapping = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(mapping, MAP_FAILED);
+  float* src = static_cast<float*>(mapping);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) src[r * src_ld + c] = static_cast<float>(r * 10 + c);
+  }
+  std::vector<float> dst(cols * 32, -1.0f);
+  avx512::transpose(src, src_ld, rows, cols, dst.data(), 32);
+  munmap(mapping, bytes);
+  for (int c = 0; c < cols; ++c) {
+    for (int r = 0; r < rows; ++r) ASSERT_EQ(dst[c * 32 + r], static_cast<float>(r * 10 + c)) << r << ", " << c;
   }
 }
 
