@@ -9,8 +9,8 @@ bench/results/ with the machine, date and commit, and prints a table.
     python3 bench/cpu.py                       # the full sweep (B=1, H=8, D 64/128, S 1k-4k)
     python3 bench/cpu.py --seqlens 1024 --headdims 64 --dtypes bfloat16
     python3 bench/cpu.py --impls tileattn tileattn-sgemm torch   # AMX / AVX-512 and sgemm
-`tileattn-sgemm` is tileattn with TILEATTN_CPU_AMX=off and TILEATTN_CPU_AVX512=off: its products on
-OpenBLAS's float32 sgemm, as on CPUs with neither AMX-BF16 nor AVX-512 (on those it is the same as
+`tileattn-sgemm` is tileattn with TILEATTN_CPU_AMX=off and TILEATTN_CPU_SIMD=off: its products on
+OpenBLAS's float32 sgemm, as on CPUs with neither AMX-BF16 nor AVX2 (on those it is the same as
 `tileattn`).
 """
 
@@ -33,12 +33,12 @@ import tileattn
 IMPLS = ("tileattn", "tileattn-sgemm", "torch")
 
 
-SGEMM_SWITCHES = ("TILEATTN_CPU_AMX", "TILEATTN_CPU_AVX512")
+SGEMM_SWITCHES = ("TILEATTN_CPU_AMX", "TILEATTN_CPU_SIMD")
 
 
 @contextlib.contextmanager
 def products_of(impl):
-    """TILEATTN_CPU_AMX and TILEATTN_CPU_AVX512 off while `tileattn-sgemm` is measured; the caller's
+    """TILEATTN_CPU_AMX and TILEATTN_CPU_SIMD off while `tileattn-sgemm` is measured; the caller's
     settings otherwise."""
     saved = {name: os.environ.get(name) for name in SGEMM_SWITCHES}
     if impl == "tileattn-sgemm":

@@ -25,9 +25,9 @@ fi
 python3 -m pip install -q --disable-pip-version-check --no-build-isolation .
 python3 -m pytest tests/python
 # On a CPU with AMX-BF16 and AVX-512 the run above took bf16 products on AMX and float32 ones on
-# AVX-512; OpenBLAS's sgemm, the path of CPUs with neither, gets the core numeric files again, on the
-# CPU only (~30 s).
-TILEATTN_CPU_AMX=off TILEATTN_CPU_AVX512=off TILEATTN_TEST_DEVICES=cpu python3 -m pytest -q tests/python/test_attention.py tests/python/test_varlen.py \
+# AVX-512 (test_cpu_simd.py runs AVX2's too); OpenBLAS's sgemm, the path of CPUs with none of them,
+# gets the core numeric files again, on the CPU only (~30 s).
+TILEATTN_CPU_AMX=off TILEATTN_CPU_SIMD=off TILEATTN_TEST_DEVICES=cpu python3 -m pytest -q tests/python/test_attention.py tests/python/test_varlen.py \
   tests/python/test_varlen_paged.py tests/python/test_kvcache.py tests/python/test_random_configs.py
 # The benchmark CLI's own tests (CPU: dry runs, the FA1 Triton kernel in Triton's interpreter), in a
 # separate run: both folders' tests import their own `conftest`.

@@ -6,7 +6,7 @@
 // One task owns a chunk of key tiles of one (batch, query head) and loops over the query tiles
 // that see them.  Every task writes float32 partial sums to its own slots, and the final sums run
 // in a fixed order, so the gradients are bitwise the same on every run with the same threads.
-// The five products run on AVX-512 over float32 tiles (sgemm where the CPU has no AVX-512), or for
+// The five products run on AVX-512 or AVX2 over float32 tiles (sgemm where the CPU has neither), or for
 // bfloat16 on a CPU with AMX on its bf16 tiles (P and dS rounded to bf16, as the GPU kernels do),
 // where dK and dV are accumulated transposed
 // (dK^T += Q^T dS) so that P and dS enter as B operands, whose layout is an interleave of rows,
@@ -18,13 +18,13 @@
 
 #include "api/backends.h"
 #include "cpu/amx_bf16.h"
-#include "cpu/avx512_product.h"
 #include "cpu/dropout.h"
 #include "cpu/float32_copy.h"
 #include "cpu/gemm.h"
 #include "cpu/packed_query_tiles.h"
 #include "cpu/parallel.h"
 #include "cpu/scratch_array.h"
+#include "cpu/simd_product.h"
 #include "cpu/score_tile.h"
 #include "cpu/tile_io.h"
 #include "cpu/vector_math.h"
@@ -45,7 +45,7 @@ struct BackwardBuffers {
   ScratchArray<float> dv_expanded;
 };
 
-// The AVX-512 products' operands (none when dim is 0).  Q and dO are copied a tile pair at a time
+// The SIMD products' operands (none when dim is 0).  Q and dO are copied a tile pair at a time
 // (2 x 128 x D floats against five products of 128 x 256 x D): in the caller's tensors their rows
 // lie H x D floats apart, 4 KB at 8 x 128, which as B operands fill a few L1 sets (padded_ld).
 struct Float32Operands {
@@ -53,8 +53,8 @@ struct Float32Operands {
   ScratchArray<float> k_transposed, v_transposed, k_rows, q_rows, dout_rows;
 
   explicit Float32Operands(int dim)
-      : keys_ld(avx512::padded_ld(kBwdBlockN)),
-        rows_ld(avx512::padded_ld(dim)),
+      : keys_ld(simd::padded_ld(kBwdBlockN)),
+        rows_ld(simd::padded_ld(dim)),
         k_transposed(dim * keys_ld),
         v_transposed(dim * keys_ld),
         k_rows(dim > 0 ? kBwdBlockN * rows_ld : 0),
@@ -77,15 +77,15 @@ struct BackwardScratch {
   // and dS as rows (A of dQ); dK^T and dV^T (D padded to 16 rows of kBwdBlockN) and one tile's dQ.
   ScratchArray<uint16_t> k_transposed, v_transposed, k_pairs, p_pairs, ds_pairs, ds_rows;
   ScratchArray<float> dk_transposed, dv_transposed, dq_tile;
-  // The AVX-512 path's B operands, rows avx512::padded_ld apart: per key tile K^T and V^T (of S and
+  // The SIMD path's B operands, rows simd::padded_ld apart: per key tile K^T and V^T (of S and
   // dP) and K (of dQ), per tile pair Q and dO (of dK and dV; also read as A of S and dP).
   Float32Operands float32_operands;
 
-  BackwardScratch(int dim, const PackedQueryTiles* packed, bool on_avx512)
+  BackwardScratch(int dim, const PackedQueryTiles* packed, bool on_simd)
       : q(kBwdBlockM * dim), dout(kBwdBlockM * dim), k(kBwdBlockN * dim), v(kBwdBlockN * dim),
         dk(packed ? 0 : kBwdBlockN * dim), dv(packed ? 0 : kBwdBlockN * dim), probs(kBwdBlockM * kBwdBlockN),
         dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN), lse_log2(kBwdBlockM), delta(kBwdBlockM),
-        float32_operands(on_avx512 ? dim : 0) {
+        float32_operands(on_simd ? dim : 0) {
     if (packed == nullptr) return;
     const size_t tile = kBwdBlockM * kBwdBlockN, keys_by_depth = static_cast<size_t>(kBwdBlockN) * packed->depth();
     const size_t keys_by_columns = static_cast<size_t>(kBwdBlockN) * packed->columns();
@@ -142,7 +142,7 @@ struct Inputs {
   Float32Rows q, dout;
   StridedRows k, v;
   const PackedQueryTiles* packed = nullptr;
-  bool on_avx512 = false;  // float32 products on AVX-512 (else sgemm), where packed is null
+  const simd::Kernels* simd = nullptr;  // float32 products on AVX-512 or AVX2 (null: sgemm), where packed is null
 };
 
 // The AMX path's per-key-tile operands from the float32 K and V tiles (cols x D): K^T and V^T as
@@ -228,9 +228,9 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
     if (packed != nullptr) {
       pack_key_tile(k_tile, v_tile, cols, dim, *packed, w);
     } else {
-      if (in.on_avx512) {
-        avx512::transpose(k_tile.data, k_tile.ld, cols, dim, ops.k_transposed.data(), ops.keys_ld);
-        avx512::transpose(v_tile.data, v_tile.ld, cols, dim, ops.v_transposed.data(), ops.keys_ld);
+      if (in.simd != nullptr) {
+        in.simd->transpose(k_tile.data, k_tile.ld, cols, dim, ops.k_transposed.data(), ops.keys_ld);
+        in.simd->transpose(v_tile.data, v_tile.ld, cols, dim, ops.v_transposed.data(), ops.keys_ld);
         copy_rows(k_tile, cols, dim, ops.k_rows.data(), ops.rows_ld);
       }
       std::fill(w.dk.begin(), w.dk.end(), 0.0f);
@@ -251,7 +251,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       const Matrix q_tile = packed ? Matrix{} : tile_operand(TILEATTN_FLOAT32, q, seq, row0, rows, task.head, dim, w.q.data());
       const Matrix dout_tile =
           packed ? Matrix{} : tile_operand(TILEATTN_FLOAT32, dout, seq, row0, rows, task.head, dim, w.dout.data());
-      if (in.on_avx512) {
+      if (in.simd != nullptr) {
         copy_rows(q_tile, rows, dim, ops.q_rows.data(), ops.rows_ld);
         copy_rows(dout_tile, rows, dim, ops.dout_rows.data(), ops.rows_ld);
       }
@@ -270,9 +270,9 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       // P = 2^(t - LSE log2 e), recomputed from Q, K and the saved LSE.
       if (packed != nullptr) {
         scores_on_amx(PackedQueryTiles::kQ, w.k_transposed.data(), w.probs.data());
-      } else if (in.on_avx512) {
-        avx512::product(rows, seen, dim, {ops.q_rows.data(), ops.rows_ld, 1}, ops.k_transposed.data(), ops.keys_ld,
-                        w.probs.data(), kBwdBlockN, false);
+      } else if (in.simd != nullptr) {
+        in.simd->product(rows, seen, dim, {ops.q_rows.data(), ops.rows_ld, 1}, ops.k_transposed.data(), ops.keys_ld,
+                         w.probs.data(), kBwdBlockN, false);
       } else {
         gemm_nt(rows, seen, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBwdBlockN);
       }
@@ -285,9 +285,9 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       // dP = dO V^T
       if (packed != nullptr) {
         scores_on_amx(PackedQueryTiles::kDout, w.v_transposed.data(), w.dprobs.data());
-      } else if (in.on_avx512) {
-        avx512::product(rows, seen, dim, {ops.dout_rows.data(), ops.rows_ld, 1}, ops.v_transposed.data(), ops.keys_ld,
-                        w.dprobs.data(), kBwdBlockN, false);
+      } else if (in.simd != nullptr) {
+        in.simd->product(rows, seen, dim, {ops.dout_rows.data(), ops.rows_ld, 1}, ops.v_transposed.data(),
+                         ops.keys_ld, w.dprobs.data(), kBwdBlockN, false);
       } else {
         gemm_nt(rows, seen, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
       }
@@ -328,13 +328,13 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
         products_on_amx(*packed, task, query_tile, rows, seen, dim, dq_rows, w);
         continue;
       }
-      if (in.on_avx512) {
-        avx512::product(seen, dim, rows, {w.probs.data(), 1, kBwdBlockN}, ops.dout_rows.data(), ops.rows_ld,
-                        w.dv.data(), dim, true);
-        avx512::product(seen, dim, rows, {w.dprobs.data(), 1, kBwdBlockN}, ops.q_rows.data(), ops.rows_ld,
-                        w.dk.data(), dim, true);
-        avx512::product(rows, dim, seen, {w.dprobs.data(), kBwdBlockN, 1}, ops.k_rows.data(), ops.rows_ld, dq_rows,
-                        dim, true);
+      if (in.simd != nullptr) {
+        in.simd->product(seen, dim, rows, {w.probs.data(), 1, kBwdBlockN}, ops.dout_rows.data(), ops.rows_ld,
+                         w.dv.data(), dim, true);
+        in.simd->product(seen, dim, rows, {w.dprobs.data(), 1, kBwdBlockN}, ops.q_rows.data(), ops.rows_ld,
+                         w.dk.data(), dim, true);
+        in.simd->product(rows, dim, seen, {w.dprobs.data(), kBwdBlockN, 1}, ops.k_rows.data(), ops.rows_ld, dq_rows,
+                         dim, true);
         continue;
       }
       const Matrix p_tile{w.probs.data(), kBwdBlockN};
@@ -457,13 +457,13 @@ void cpu_backward(const BackwardParams& p) {
   } else {
     in.q = float32_operand(f, f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride, false);
     in.dout = float32_operand(f, p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride, false);
-    in.on_avx512 = avx512::enabled();
+    in.simd = simd::kernels();
   }
   // Task t is (batch, chunk, head) in that nesting order, worked out from t rather than listed (a
   // list is 12 bytes a task: 12 GB at 2^30 heads).
   const int64_t heads = f.num_heads, per_batch = heads * buf.chunks;
   parallel_tasks<BackwardScratch>(
-      f.batch * per_batch, f.num_threads, [&] { return BackwardScratch(f.head_dim, in.packed, in.on_avx512); },
+      f.batch * per_batch, f.num_threads, [&] { return BackwardScratch(f.head_dim, in.packed, in.simd != nullptr); },
       [&](int64_t t, BackwardScratch& w) {
         const KeyChunk task{static_cast<int>(t / per_batch), static_cast<int>(t % heads),
                             static_cast<int>(t % per_batch / heads)};

@@ -1,7 +1,7 @@
 // The CPU forward: FlashAttention-2's Algorithm 1 on float32 tiles.  One task owns one query tile
 // of one (batch, head) and sweeps the key tiles it can see, keeping only kFwdBlockM x kFwdBlockN scores
-// alive at a time; no seqlen^2 buffer exists.  The two products run on AVX-512 over float32 tiles
-// (sgemm where the CPU has no AVX-512), or for bfloat16 on a CPU with AMX on its bf16 tiles (P
+// alive at a time; no seqlen^2 buffer exists.  The two products run on AVX-512 or AVX2 over float32
+// tiles (sgemm where the CPU has neither), or for bfloat16 on a CPU with AMX on its bf16 tiles (P
 // rounded to bf16 for P V, as the GPU kernels do).
 #include <algorithm>
 #include <cstring>
@@ -12,7 +12,6 @@
 #include "api/backends.h"
 #include "cpu/amx_bf16.h"
 #include "cpu/amx_cache_tiles.h"
-#include "cpu/avx512_product.h"
 #include "cpu/dropout.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/float32_copy.h"
@@ -22,6 +21,7 @@
 #include "cpu/packed_key_tiles.h"
 #include "cpu/parallel.h"
 #include "cpu/scratch_array.h"
+#include "cpu/simd_product.h"
 #include "cpu/score_tile.h"
 #include "cpu/tile_io.h"
 #include "cpu/vector_math.h"
@@ -58,7 +58,7 @@ struct QueryTile {
 // q in the call's dtype, converted tile by tile (each query tile is read once, by one task); k and
 // v as float32 rows (copies of bfloat16/float16 inputs, made once: every query tile reads them), or
 // in their own dtype (kv_dtype), converted tile by tile as they are read; or laid out once as the
-// AVX-512 products' float32 blocks (float32_tiles); or, on the AMX path, packed once as bf16 tiles,
+// SIMD products' float32 blocks (float32_tiles, multiplied by simd); or, on the AMX path, packed once as bf16 tiles,
 // or read as bf16 where they lie (cache_tiles: a decode step on a bf16 cache, amx_cache_tiles.h).
 // k and v are unused but for the tile-by-tile paths.
 struct Inputs {
@@ -66,6 +66,7 @@ struct Inputs {
   Float32Rows k, v;
   tileattn_dtype kv_dtype = TILEATTN_FLOAT32;
   const Float32KeyTiles* float32_tiles = nullptr;
+  const simd::Kernels* simd = nullptr;  // with float32_tiles
   const PackedKeyTiles* packed = nullptr;
   bool cache_tiles = false;
 
@@ -81,7 +82,7 @@ StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_
 // S = Q K^T for the tile's rows [row_lo, row_lo + rows) and key columns col0 .. col0 + cols - 1
 // into those rows of w.scores (ld kFwdBlockN): on AMX from the packed Q tile and the packed key tile
 // (col0 a multiple of kFwdBlockN there) or from the cache's rows in place (col0 a multiple of 16,
-// row_lo 0); on AVX-512 from Q in place and the K^T block (col0 a multiple of kFwdBlockN); else by
+// row_lo 0); on AVX-512 or AVX2 from Q in place and the K^T block (col0 a multiple of kFwdBlockN); else by
 // sgemm.  On AMX row_lo is a multiple of its 16-row tiles.
 void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& tile, int head_k, int row_lo,
                     int rows, int col0, int cols, int dim, const Matrix& q_tile, ForwardScratch& w) {
@@ -100,9 +101,9 @@ void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& 
   }
   if (in.float32_tiles != nullptr) {
     const Float32KeyTiles& keys = *in.float32_tiles;
-    avx512::product(rows, cols, dim, {q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld, 1},
-                    keys.kt_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.kt_ld(), scores, kFwdBlockN,
-                    false);
+    in.simd->product(rows, cols, dim, {q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld, 1},
+                     keys.kt_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.kt_ld(), scores, kFwdBlockN,
+                     false);
     return;
   }
   const Matrix k_tile = tile_operand(in.kv_dtype, in.k.rows, seq, col0, cols, head_k, dim, w.k.data());
@@ -226,8 +227,8 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
                    out_rows, w.out_ld, true);
     } else if (in.float32_tiles != nullptr) {
       const Float32KeyTiles& keys = *in.float32_tiles;
-      avx512::product(hi - lo, dim, cols, {w.scores.data() + lo_scores, kFwdBlockN, 1},
-                      keys.v_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.v_ld(), out_rows, w.out_ld, true);
+      in.simd->product(hi - lo, dim, cols, {w.scores.data() + lo_scores, kFwdBlockN, 1},
+                       keys.v_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.v_ld(), out_rows, w.out_ld, true);
     } else {
       const Matrix v_tile = tile_operand(in.kv_dtype, in.v.rows, seq, col0, cols, head_k, dim, w.v.data());
       gemm_nn(hi - lo, dim, cols, Matrix{w.scores.data() + lo_scores, kFwdBlockN}, v_tile, 1.0f, out_rows, w.out_ld);
@@ -294,8 +295,9 @@ void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, cons
     run_tiles(p, in);
     return;
   }
-  if (products == KvProducts::kAvx512Tiles) {
-    const Float32KeyTiles key_tiles(p, kv_dtype, in.k.rows, in.v.rows);
+  if (products == KvProducts::kSimdTiles) {
+    in.simd = simd::kernels();
+    const Float32KeyTiles key_tiles(p, kv_dtype, in.k.rows, in.v.rows, *in.simd);
     in.float32_tiles = &key_tiles;
     run_tiles(p, in);
     return;
@@ -317,13 +319,15 @@ void cpu_forward(const ForwardParams& p) {
     run_tiles(p, in);
     return;
   }
-  // float32 products on AVX-512 from K^T and V blocks laid out once (float32_key_tiles.h).
-  if (avx512::enabled()) {
+  // float32 products on AVX-512 or AVX2 from K^T and V blocks laid out once (float32_key_tiles.h).
+  if (const simd::Kernels* kernels = simd::kernels()) {
     const Float32KeyTiles key_tiles(p, p.dtype,
                                     StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true},
-                                    StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true});
+                                    StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true},
+                                    *kernels);
     Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false), {}, {}};
     in.float32_tiles = &key_tiles;
+    in.simd = kernels;
     run_tiles(p, in);
     return;
   }

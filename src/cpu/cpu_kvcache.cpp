@@ -13,7 +13,7 @@
 #include "api/backends.h"
 #include "common/kvcache.h"
 #include "cpu/amx_bf16.h"
-#include "cpu/avx512_product.h"
+#include "cpu/simd_product.h"
 #include "cpu/amx_cache_tiles.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/kvcache_packed_q.h"
@@ -43,7 +43,7 @@ void rotate(const KvCacheParams& p, int64_t position, float* x, std::vector<floa
 }
 
 // Query rows a sequence needs before the KV-cache forward lays K and V out once (AMX's packed tiles
-// or AVX-512's float32 blocks) instead of converting them tile by tile (see its use).
+// or the SIMD products' float32 blocks) instead of converting them tile by tile (see its use).
 constexpr int kPackedMinQueryRows = 64;
 
 struct RowScratch {
@@ -272,7 +272,7 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   // bf16 products on AMX: with K/V packed once where each query tile has rows enough to be
   // compute-bound (a chunk of prefill); a decode step's few rows read a bf16 cache in place (packing
   // would add a pass over the whole cache), where its head dim allows, and stay on sgemm elsewhere.
-  // Other calls with as many rows take AVX-512's float32 products on K^T and V laid out once.
+  // Other calls with as many rows take the SIMD float32 products on K^T and V laid out once.
   KvProducts products = KvProducts::kSgemm;
   if (f.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
     if (rows_per_seq >= kPackedMinQueryRows) {
@@ -280,8 +280,8 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
     } else if (keys.dtype == TILEATTN_BFLOAT16 && D % amx::kDepthPerStep == 0 && rows_per_seq <= amx::kCacheTileMaxRows) {
       products = KvProducts::kAmxInPlace;
     }
-  } else if (rows_per_seq >= kPackedMinQueryRows && avx512::enabled()) {
-    products = KvProducts::kAvx512Tiles;
+  } else if (rows_per_seq >= kPackedMinQueryRows && simd::kernels() != nullptr) {
+    products = KvProducts::kSimdTiles;
   }
   forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, products);
 

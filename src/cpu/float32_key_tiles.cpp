@@ -2,17 +2,16 @@
 
 #include <algorithm>
 
-#include "cpu/avx512_product.h"
 #include "cpu/parallel.h"
 
 namespace tileattn::cpu {
 
 Float32KeyTiles::Float32KeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype, const StridedRows& k,
-                                 const StridedRows& v)
+                                 const StridedRows& v, const simd::Kernels& kernels)
     : dim_(p.head_dim),
       heads_k_(p.num_heads_k),
-      kt_ld_(avx512::padded_ld(kFwdBlockN)),
-      v_ld_(avx512::padded_ld(p.head_dim)),
+      kt_ld_(simd::padded_ld(kFwdBlockN)),
+      v_ld_(simd::padded_ld(p.head_dim)),
       tiles_(p, true, kFwdBlockN) {
   const int64_t blocks = tiles_.count() * heads_k_;
   k_ = ScratchArray<float>(blocks * kt_size());
@@ -30,7 +29,7 @@ Float32KeyTiles::Float32KeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype
         load_tile(kv_dtype, k, seq, row0, keys, h, dim, key_rows.data());
         std::fill(key_rows.data() + static_cast<int64_t>(keys) * dim, key_rows.data() + kFwdBlockN * dim, 0.0f);
         float* kt = k_.data() + block(b, h, tile) * kt_size();
-        avx512::transpose(key_rows.data(), dim, kFwdBlockN, dim, kt, kt_ld_);
+        kernels.transpose(key_rows.data(), dim, kFwdBlockN, dim, kt, kt_ld_);
         for (int d = 0; d < dim; ++d) std::fill(kt + d * kt_ld_ + kFwdBlockN, kt + (d + 1) * kt_ld_, 0.0f);
 
         float* vb = v_.data() + block(b, h, tile) * v_size();

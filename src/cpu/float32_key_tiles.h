@@ -1,7 +1,7 @@
-// K and V of one forward call laid out once as the AVX-512 products' B operands
-// (cpu/avx512_product.h), one block per (sequence, KV head, key tile of kFwdBlockN keys): K^T as
+// K and V of one forward call laid out once as the SIMD products' B operands
+// (cpu/simd_product.h), one block per (sequence, KV head, key tile of kFwdBlockN keys): K^T as
 // dim rows of kFwdBlockN keys (for S = Q K^T) and V as kFwdBlockN rows of dim floats (for
-// O += P V), rows avx512::padded_ld apart.  Every query tile of the head reads them; laid out per
+// O += P V), rows simd::padded_ld apart.  Every query tile of the head reads them; laid out per
 // query tile they would cost what sgemm's packing did.  V is copied even where it is float32
 // already: its rows lie H_k x D floats apart in the caller's tensor (4 KB at 8 x 128), all in the
 // same few L1 sets, and O += P V read so ran 0.78x its speed on contiguous rows (one core, D128).
@@ -13,14 +13,16 @@
 #include "api/backends.h"
 #include "cpu/score_tile.h"
 #include "cpu/scratch_array.h"
+#include "cpu/simd_product.h"
 #include "cpu/tile_io.h"
 
 namespace tileattn::cpu {
 
 class Float32KeyTiles {
  public:
-  // k and v: the call's key-side tensors, of kv_dtype elements.  Only where avx512::enabled().
-  Float32KeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype, const StridedRows& k, const StridedRows& v);
+  // k and v: the call's key-side tensors, of kv_dtype elements; K^T made by kernels.transpose.
+  Float32KeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype, const StridedRows& k, const StridedRows& v,
+                  const simd::Kernels& kernels);
 
   // The blocks of key tile `tile` (keys tile * kFwdBlockN ...) of sequence b, KV head head_k:
   // K^T with rows kt_ld() floats apart, V with rows v_ld() apart.

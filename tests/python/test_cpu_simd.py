@@ -1,8 +1,8 @@
-"""The CPU backend's float32 tile products on AVX-512 (src/cpu/avx512_product.*), chosen on every
-call by TILEATTN_CPU_AVX512 (auto: where the CPU has AVX-512F; off: OpenBLAS's sgemm, the path of
-CPUs without it).  They take float32 and float16 calls, and bf16 ones where AMX is off or missing.
-The rest of the suite runs on the path the host takes, and scripts/test.sh runs the core numeric
-files again with both switches off.  Here: both paths against float64, forward and backward, with
+"""The CPU backend's float32 tile products on AVX-512 or AVX2 (src/cpu/simd_*), chosen on every call
+by TILEATTN_CPU_SIMD (auto: AVX-512F where the CPU has it, else AVX2; avx2: the AVX2 kernels, which
+an AVX-512 host runs too; off: OpenBLAS's sgemm, the path of CPUs with neither).  They take float32
+and float16 calls, and bf16 ones where AMX is off or missing.  The rest of the suite runs on the
+path the host takes, and scripts/test.sh runs the core numeric files again with AMX and SIMD off.  Here: both paths against float64, forward and backward, with
 a partial 6-row block, 16-float vector and 64-column panel in every product (head dims 8, 72 and
 256, key spans that start inside a key tile under a window), KV-cache prefill chunks, and the
 switch's error."""
@@ -16,15 +16,31 @@ from test_cpu_amx import PREFILL_CASES
 from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from tileattn import flash_attn_func
 
+def _avx2_present():
+    x = torch.zeros(1, 1, 1, 16)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TILEATTN_CPU_SIMD", "avx2")
+        try:
+            flash_attn_func(x, x, x)
+        except tileattn.TileattnError as error:
+            assert error.argument == "TILEATTN_CPU_SIMD"
+            return False
+    return True
+
+
+AVX2 = _avx2_present()
+PATHS = ["auto", "avx2", "off"]
 SHAPES = [(1, 1, 1, 1, 1, 8), (2, 17, 127, 7, 1, 64), (1, 300, 1000, 2, 2, 72), (1, 257, 333, 2, 1, 256)]
 
 
-@pytest.mark.parametrize("path", ["auto", "off"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("mask", ["none", "window", "causal_window"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_both_float32_product_paths_hold_the_rule(monkeypatch, path, mask, dtype, shape):
-    monkeypatch.setenv("TILEATTN_CPU_AVX512", path)
+def test_float32_product_paths_hold_the_rule(monkeypatch, path, mask, dtype, shape):
+    if path == "avx2" and not AVX2:
+        pytest.skip("this CPU has no AVX2 with FMA")
+    monkeypatch.setenv("TILEATTN_CPU_SIMD", path)
     monkeypatch.setenv("TILEATTN_CPU_AMX", "off")  # bf16 on float32 tiles too
     causal, window = MASKS[mask]
     run_and_compare("cpu", dtype, shape, causal=causal, window_size=window)
@@ -32,11 +48,13 @@ def test_both_float32_product_paths_hold_the_rule(monkeypatch, path, mask, dtype
 
 # flash_attn_with_kvcache lays K/V out once for 64 query rows a sequence or more (a chunk of
 # prefill): contiguous and paged caches, cache_batch_idx, leftpad, rotary, window, softcap, ALiBi.
-@pytest.mark.parametrize("path", ["auto", "off"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("case", PREFILL_CASES)
-def test_kvcache_prefill_on_both_paths_holds_the_rule(monkeypatch, path, dtype, case):
-    monkeypatch.setenv("TILEATTN_CPU_AVX512", path)
+def test_kvcache_prefill_on_each_path_holds_the_rule(monkeypatch, path, dtype, case):
+    if path == "avx2" and not AVX2:
+        pytest.skip("this CPU has no AVX2 with FMA")
+    monkeypatch.setenv("TILEATTN_CPU_SIMD", path)
     opts = dict(DEFAULTS, **PREFILL_CASES[case])
     args, slot, first = make_problem(opts, dtype, "cpu")
     out, lse = tileattn.flash_attn_with_kvcache(**args)
@@ -44,8 +62,8 @@ def test_kvcache_prefill_on_both_paths_holds_the_rule(monkeypatch, path, dtype, 
 
 
 def test_unknown_value_is_an_error(monkeypatch):
-    monkeypatch.setenv("TILEATTN_CPU_AVX512", "on")
+    monkeypatch.setenv("TILEATTN_CPU_SIMD", "avx512")
     x = torch.randn(1, 8, 1, 16)
     with pytest.raises(ValueError) as raised:
         flash_attn_func(x, x, x)
-    assert raised.value.argument == "TILEATTN_CPU_AVX512"
+    assert raised.value.argument == "TILEATTN_CPU_SIMD"

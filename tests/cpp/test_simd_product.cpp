@@ -1,8 +1,8 @@
-// The AVX-512 float32 products (cpu/avx512_product.*) against float64 sums, at sizes that leave a
-// partial row block (6 rows), a partial 16-float vector and a partial 64-column panel, with A read
-// by rows and transposed (the backward's P^T and dS^T), with and without accumulating into C; C's
-// entries past n columns must stay as they were.  Skipped on CPUs without AVX-512F; the
-// TILEATTN_CPU_AVX512 switch is checked everywhere.
+// The SIMD float32 products (cpu/simd_product.*), AVX-512 and AVX2 each, against float64 sums, at
+// sizes that leave a partial row block (6 rows), a partial vector (16 or 8 floats) and a partial
+// column panel, with A read by rows and transposed (the backward's P^T and dS^T), with and without
+// accumulating into C; C's entries past n columns must stay as they were.  An instruction set the
+// CPU lacks is skipped; the TILEATTN_CPU_SIMD switch is checked everywhere.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -10,9 +10,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
-#include "cpu/avx512_product.h"
+#include "cpu/simd_product.h"
 #include "tileattn/tileattn.hpp"
 
 namespace tileattn::cpu {
@@ -29,8 +30,17 @@ struct Shape {
   int m, n, k;
 };
 
-TEST(Avx512Product, MatchesFloat64Sums) {
-  if (!avx512::enabled()) GTEST_SKIP() << "no AVX-512F on this CPU";
+class SimdProduct : public testing::TestWithParam<const char*> {
+ protected:
+  // The kernels under test, or null (then the test skips).
+  const simd::Kernels* kernels() const {
+    return std::string(GetParam()) == "avx512" ? simd::avx512_kernels() : simd::avx2_kernels();
+  }
+};
+
+TEST_P(SimdProduct, MatchesFloat64Sums) {
+  const simd::Kernels* simd = kernels();
+  if (simd == nullptr) GTEST_SKIP() << "this CPU lacks " << GetParam();
   std::mt19937 rng(7);
   const float sentinel = 1234.5f;
   for (const Shape s : {Shape{1, 1, 1}, Shape{7, 17, 3}, Shape{6, 64, 128}, Shape{13, 65, 33}, Shape{128, 130, 256},
@@ -39,7 +49,7 @@ TEST(Avx512Product, MatchesFloat64Sums) {
       for (const bool accumulate : {false, true}) {
         SCOPED_TRACE(testing::Message() << "m=" << s.m << " n=" << s.n << " k=" << s.k << " A^T=" << transposed_a
                                         << " accumulate=" << accumulate);
-        const int64_t ldb = avx512::padded_ld(s.n), ldc = s.n + 5;
+        const int64_t ldb = simd::padded_ld(s.n), ldc = s.n + 5;
         const std::vector<float> a = random_floats(static_cast<size_t>(s.m) * s.k, rng);
         const std::vector<float> b = random_floats(static_cast<size_t>(s.k) * ldb, rng);
         std::vector<float> c = random_floats(static_cast<size_t>(s.m) * ldc, rng);
@@ -48,9 +58,9 @@ TEST(Avx512Product, MatchesFloat64Sums) {
         }
         const std::vector<float> c0 = c;
         // A (m x k) stored as rows, or as its transpose (k x m rows), as the backward reads P^T.
-        const avx512::StridedOperand a_op = transposed_a ? avx512::StridedOperand{a.data(), 1, s.m}
-                                                         : avx512::StridedOperand{a.data(), s.k, 1};
-        avx512::product(s.m, s.n, s.k, a_op, b.data(), ldb, c.data(), ldc, accumulate);
+        const simd::StridedOperand a_op = transposed_a ? simd::StridedOperand{a.data(), 1, s.m}
+                                                         : simd::StridedOperand{a.data(), s.k, 1};
+        simd->product(s.m, s.n, s.k, a_op, b.data(), ldb, c.data(), ldc, accumulate);
         for (int i = 0; i < s.m; ++i) {
           for (int j = 0; j < ldc; ++j) {
             if (j >= s.n) {
@@ -72,15 +82,16 @@ TEST(Avx512Product, MatchesFloat64Sums) {
   }
 }
 
-TEST(Avx512Product, TransposeMatchesAndStopsAtColumns) {
-  if (!avx512::enabled()) GTEST_SKIP() << "no AVX-512F on this CPU";
+TEST_P(SimdProduct, TransposeMatchesAndStopsAtColumns) {
+  const simd::Kernels* simd = kernels();
+  if (simd == nullptr) GTEST_SKIP() << "this CPU lacks " << GetParam();
   std::mt19937 rng(11);
   for (const Shape s : {Shape{1, 1, 0}, Shape{17, 3, 0}, Shape{128, 128, 0}, Shape{33, 100, 0}}) {
     const int rows = s.m, cols = s.n;
-    const int64_t src_ld = cols + 3, dst_ld = avx512::padded_ld(rows);
+    const int64_t src_ld = cols + 3, dst_ld = simd::padded_ld(rows);
     const std::vector<float> src = random_floats(static_cast<size_t>(rows) * src_ld, rng);
     std::vector<float> dst(static_cast<size_t>(cols) * dst_ld, -7.0f);
-    avx512::transpose(src.data(), src_ld, rows, cols, dst.data(), dst_ld);
+    simd->transpose(src.data(), src_ld, rows, cols, dst.data(), dst_ld);
     for (int c = 0; c < cols; ++c) {
       for (int r = 0; r < dst_ld; ++r) {
         ASSERT_EQ(dst[c * dst_ld + r], r < rows ? src[r * src_ld + c] : -7.0f)
@@ -92,8 +103,9 @@ TEST(Avx512Product, TransposeMatchesAndStopsAtColumns) {
 
 // Rows 2^28 floats apart (1 GiB) would overflow the gathers' 32-bit offsets; the source is mapped
 // but only the touched pages are ever backed.
-TEST(Avx512Product, TransposeOfRowsTooFarApartForGathers) {
-  if (!avx512::enabled()) GTEST_SKIP() << "no AVX-512F on this CPU";
+TEST_P(SimdProduct, TransposeOfRowsTooFarApartForGathers) {
+  const simd::Kernels* simd = kernels();
+  if (simd == nullptr) GTEST_SKIP() << "this CPU lacks " << GetParam();
   const int64_t src_ld = int64_t{1} << 28;
   const int rows = 17, cols = 3;
   const size_t bytes = static_cast<size_t>((rows - 1) * src_ld + cols) * sizeof(float);
@@ -104,33 +116,40 @@ TEST(Avx512Product, TransposeOfRowsTooFarApartForGathers) {
     for (int c = 0; c < cols; ++c) src[r * src_ld + c] = static_cast<float>(r * 10 + c);
   }
   std::vector<float> dst(cols * 32, -1.0f);
-  avx512::transpose(src, src_ld, rows, cols, dst.data(), 32);
+  simd->transpose(src, src_ld, rows, cols, dst.data(), 32);
   munmap(mapping, bytes);
   for (int c = 0; c < cols; ++c) {
     for (int r = 0; r < rows; ++r) ASSERT_EQ(dst[c * 32 + r], static_cast<float>(r * 10 + c)) << r << ", " << c;
   }
 }
 
-TEST(Avx512Product, PaddedRowsAreOddLineCounts) {
+INSTANTIATE_TEST_SUITE_P(InstructionSets, SimdProduct, testing::Values("avx512", "avx2"));
+
+TEST(SimdProductLayout, PaddedRowsAreOddLineCounts) {
   for (int n : {1, 16, 17, 64, 128, 130, 256}) {
-    const int64_t ld = avx512::padded_ld(n);
+    const int64_t ld = simd::padded_ld(n);
     EXPECT_GE(ld, n);
     EXPECT_EQ(ld % 16, 0);
     EXPECT_EQ(ld / 16 % 2, 1) << "n=" << n;
   }
 }
 
-TEST(Avx512Product, SwitchTakesAutoAndOffOnly) {
-  setenv("TILEATTN_CPU_AVX512", "off", 1);
-  EXPECT_FALSE(avx512::enabled());
-  setenv("TILEATTN_CPU_AVX512", "yes", 1);
+TEST(SimdProductSwitch, TakesAutoAvx2AndOffOnly) {
+  setenv("TILEATTN_CPU_SIMD", "off", 1);
+  EXPECT_EQ(simd::kernels(), nullptr);
+  setenv("TILEATTN_CPU_SIMD", "avx2", 1);
+  if (simd::avx2_kernels() != nullptr) EXPECT_EQ(simd::kernels(), simd::avx2_kernels());
+  unsetenv("TILEATTN_CPU_SIMD");
+  const simd::Kernels* best = simd::avx512_kernels() != nullptr ? simd::avx512_kernels() : simd::avx2_kernels();
+  EXPECT_EQ(simd::kernels(), best);
+  setenv("TILEATTN_CPU_SIMD", "avx512", 1);  // auto picks it; not a value
   try {
-    avx512::enabled();
-    ADD_FAILURE() << "TILEATTN_CPU_AVX512=yes was accepted";
+    simd::kernels();
+    ADD_FAILURE() << "TILEATTN_CPU_SIMD=avx512 was accepted";
   } catch (const Error& error) {
-    EXPECT_EQ(error.argument(), "TILEATTN_CPU_AVX512");
+    EXPECT_EQ(error.argument(), "TILEATTN_CPU_SIMD");
   }
-  unsetenv("TILEATTN_CPU_AVX512");
+  unsetenv("TILEATTN_CPU_SIMD");
 }
 
 }  // namespace

@@ -1,0 +1,127 @@
+// The products' code for one instruction set, written once over a traits type `Isa` (simd_avx512.cpp,
+// simd_avx2.cpp): each of those files includes this after `#pragma GCC target` for its instruction
+// set, so the templates below are compiled for it.  Isa provides:
+//   Vec, Mask; kLanes (floats a vector), kRows x kVectors (the register block);
+//   mask(count) (the first `count` lanes), load/store (whole vectors), load_masked/store_masked,
+//   zero(), broadcast(x), fma(a, b, c) = a b + c, gather_column(base, stride, mask) (lane i from
+//   base[i * stride], stride fitting 32-bit offsets).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "cpu/simd_product.h"
+
+namespace tileattn::cpu::simd::block_code {
+
+// C rows [0, R) x columns [0, kLanes NV) of one block, the last vector's lanes limited to `tail`
+// unless kWhole (then whole vectors: with a mask GCC reloaded the AVX-512 mask register from the
+// stack at every depth step, and the whole-vector clone ran 1.05-1.1x on one core).
+template <class Isa, int R, int NV, bool kWhole>
+void block(int k, const float* a, int64_t a_row, int64_t a_depth, const float* b, int64_t ldb, float* c, int64_t ldc,
+           typename Isa::Mask tail, bool accumulate) {
+  using Vec = typename Isa::Vec;
+  auto load = [tail](int v, const float* p) {
+    return v == NV - 1 && !kWhole ? Isa::load_masked(p, tail) : Isa::load(p);
+  };
+  Vec acc[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = accumulate ? load(v, c + r * ldc + v * Isa::kLanes) : Isa::zero();
+  }
+#pragma GCC unroll 2
+  for (int l = 0; l < k; ++l) {
+    Vec bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = load(v, b + l * ldb + v * Isa::kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const Vec ar = Isa::broadcast(a[r * a_row + l * a_depth]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = Isa::fma(ar, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* dst = c + r * ldc + v * Isa::kLanes;
+      if (v == NV - 1 && !kWhole) {
+        Isa::store_masked(dst, tail, acc[r][v]);
+      } else {
+        Isa::store(dst, acc[r][v]);
+      }
+    }
+  }
+}
+
+template <class Isa>
+using BlockFn = void (*)(int, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t,
+                         typename Isa::Mask, bool);
+
+template <class Isa, int R, bool kWhole>
+BlockFn<Isa> block_of_width(int vectors) {
+  static_assert(Isa::kVectors <= 4, "blocks of at most 4 vectors a row");
+  switch (vectors) {
+    case 1: return block<Isa, R, 1, kWhole>;
+    case 2: return block<Isa, R, 2, kWhole>;
+    case 3: return block<Isa, R, 3, kWhole>;
+    default: return block<Isa, R, 4, kWhole>;
+  }
+}
+
+template <class Isa, bool kWhole>
+BlockFn<Isa> block_fn(int rows, int vectors) {
+  static_assert(Isa::kRows <= 6, "blocks of at most 6 rows");
+  switch (rows) {
+    case 1: return block_of_width<Isa, 1, kWhole>(vectors);
+    case 2: return block_of_width<Isa, 2, kWhole>(vectors);
+    case 3: return block_of_width<Isa, 3, kWhole>(vectors);
+    case 4: return block_of_width<Isa, 4, kWhole>(vectors);
+    case 5: return block_of_width<Isa, 5, kWhole>(vectors);
+    default: return block_of_width<Isa, 6, kWhole>(vectors);
+  }
+}
+
+// Column panels of kVectors vectors outside, row blocks inside: a panel of B (k x 64 floats on
+// AVX-512, 32 KB at k = 128) stays in L1 while A's rows stream past it.
+template <class Isa>
+void product(int m, int n, int k, const StridedOperand& a, const float* b, int64_t ldb, float* c, int64_t ldc,
+             bool accumulate) {
+  constexpr int kPanel = Isa::kVectors * Isa::kLanes;
+  for (int n0 = 0; n0 < n; n0 += kPanel) {
+    const int width = std::min(kPanel, n - n0);
+    const int vectors = (width + Isa::kLanes - 1) / Isa::kLanes;
+    const int tail_lanes = width - (vectors - 1) * Isa::kLanes;
+    const bool whole = tail_lanes == Isa::kLanes;
+    const typename Isa::Mask tail = Isa::mask(tail_lanes);
+    for (int m0 = 0; m0 < m; m0 += Isa::kRows) {
+      const int rows = std::min(Isa::kRows, m - m0);
+      const BlockFn<Isa> fn = whole ? block_fn<Isa, true>(rows, vectors) : block_fn<Isa, false>(rows, vectors);
+      fn(k, a.data + m0 * a.row, a.row, a.depth, b + n0, ldb, c + m0 * ldc + n0, ldc, tail, accumulate);
+    }
+  }
+}
+
+template <class Isa>
+void transpose(const float* src, int64_t src_ld, int rows, int cols, float* dst, int64_t dst_ld) {
+  // The gathers' offsets are 32-bit: rows further apart (a view with a huge key stride) go one by one.
+  if (src_ld > std::numeric_limits<int32_t>::max() / Isa::kLanes) {
+    for (int c = 0; c < cols; ++c) {
+      for (int r = 0; r < rows; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+    }
+    return;
+  }
+  for (int r0 = 0; r0 < rows; r0 += Isa::kLanes) {
+    const int count = std::min(Isa::kLanes, rows - r0);
+    const typename Isa::Mask lanes = Isa::mask(count);
+    const float* column = src + r0 * src_ld;
+    for (int c = 0; c < cols; ++c) {
+      Isa::store_masked(dst + c * dst_ld + r0, lanes, Isa::gather_column(column + c, src_ld, lanes));
+    }
+  }
+}
+
+}  // namespace tileattn::cpu::simd::block_code

@@ -1,0 +1,56 @@
+// float32 tile products on AVX-512 or AVX2, for CPUs where they beat OpenBLAS's sgemm on the
+// backend's tiles.  sgemm packs both operands on every call; a forward of 256-row query tiles
+// against 128-key tiles calls it twice per tile pair, and its packing was ~20% of its time there
+// (perf, fp32 D128 S2048: sgemm_oncopy/incopy/itcopy 11.8% of the samples against the kernel's
+// 44%).  Here A is read where it lies (any row and depth stride) and B must hold its rows
+// contiguous, so the callers lay B out once (K^T and V tiles, float32_key_tiles.h) and the product
+// packs nothing: S = Q K^T at D64 ran 86 -> 115 GFLOP/s on one core of an Emerald Rapids host (D128
+// 123 -> 135), O += P V level with sgemm.
+#pragma once
+
+#include <cstdint>
+
+namespace tileattn::cpu::simd {
+
+// A (m x k): element (i, l) at data[i * row + l * depth], so A^T is read by swapping the strides.
+struct StridedOperand {
+  const float* data;
+  int64_t row, depth;
+};
+
+// One instruction set's kernels.
+struct Kernels {
+  const char* name;  // "avx512" or "avx2"
+  // C (m x n, rows ldc apart) = A B, or C + A B with `accumulate`.  B (k x n): row l at b + l * ldb,
+  // its n floats contiguous.  Nothing past n columns of B or C is read or written.  Each C entry is
+  // one float32 FMA chain over l = 0 .. k-1 in order, so results do not depend on threads (nor on
+  // the instruction set).
+  void (*product)(int m, int n, int k, const StridedOperand& a, const float* b, int64_t ldb, float* c, int64_t ldc,
+                  bool accumulate);
+  // dst (cols x rows, rows dst_ld apart) = src^T for src (rows x cols, rows src_ld apart): the B
+  // operand K^T from K's rows, by gathers (the scalar loop it replaced was ~6% of a causal fp32 D128
+  // S=1024 forward).
+  void (*transpose)(const float* src, int64_t src_ld, int rows, int cols, float* dst, int64_t dst_ld);
+};
+
+// The kernels this call should use, or null for OpenBLAS's sgemm: TILEATTN_CPU_SIMD (read on every
+// call) = auto takes AVX-512F where the CPU has it, else AVX2 with FMA, else none; avx2 takes AVX2
+// (so an AVX-512 host tests the kernels of CPUs without it; raises naming the variable where the
+// CPU has no AVX2); off keeps sgemm, the path of CPUs with neither.  Any other value raises.
+const Kernels* kernels();
+
+// The kernels of one instruction set, or null where this CPU lacks it (the tests' way to both).
+const Kernels* avx512_kernels();
+const Kernels* avx2_kernels();
+
+// The row length, in floats, to store a B operand of n columns with: n rounded up to whole 64-byte
+// lines, then to an odd number of them, so that consecutive rows start in different L1 sets.  B's
+// rows at a multiple of 512 bytes (D = 128 floats) fill only half of L1's 64 sets with a 64-column
+// panel (4 lines a row), which then does not fit in the 12 ways of the others: the products ran
+// 0.90-0.95x on such rows (one core, D128, against rows 576 bytes apart).
+inline int64_t padded_ld(int n) {
+  const int64_t lines = (n + 15) / 16;
+  return 16 * (lines % 2 == 1 ? lines : lines + 1);
+}
+
+}  // namespace tileattn::cpu::simd
