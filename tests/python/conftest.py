@@ -116,6 +116,20 @@ def assert_fa_close(name, ours, naive, ref, floor, lse=None, shift=None):
 FLOOR = {torch.float32: 1e-4, torch.float16: 1e-4, torch.bfloat16: 1e-3}
 
 
+def cpu_switch_takes(variable, value, dtype=torch.float32):
+    """Whether a CPU call runs with the kernel switch `variable` set to `value` (TILEATTN_CPU_AMX=on,
+    TILEATTN_CPU_SIMD=avx2), or raises naming it because the CPU lacks the instructions."""
+    x = torch.zeros(1, 1, 1, 16, dtype=dtype)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(variable, value)
+        try:
+            tileattn.flash_attn_func(x, x, x)
+        except tileattn.TileattnError as error:
+            assert error.argument == variable
+            return False
+    return True
+
+
 def rand(*shape, dtype, device, requires_grad=False):
     return torch.randn(*shape, dtype=dtype, device=device).requires_grad_(requires_grad)
 

@@ -10,24 +10,13 @@ import pytest
 import torch
 
 import tileattn
+from conftest import cpu_switch_takes
 from test_attention import MASKS, run_and_compare
 from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from tileattn import flash_attn_func
 
 
-def _amx_present():
-    x = torch.zeros(1, 1, 1, 16, dtype=torch.bfloat16)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TILEATTN_CPU_AMX", "on")
-        try:
-            flash_attn_func(x, x, x)
-        except tileattn.TileattnError as error:
-            assert error.argument == "TILEATTN_CPU_AMX"
-            return False
-    return True
-
-
-AMX = _amx_present()
+AMX = cpu_switch_takes("TILEATTN_CPU_AMX", "on", torch.bfloat16)
 SHAPES = [(1, 1, 1, 1, 1, 8), (2, 17, 127, 4, 2, 64), (1, 300, 1000, 7, 1, 72), (1, 1000, 333, 2, 2, 256)]
 
 

@@ -11,24 +11,13 @@ import pytest
 import torch
 
 import tileattn
+from conftest import cpu_switch_takes
 from test_attention import MASKS, run_and_compare
 from test_cpu_amx import PREFILL_CASES
 from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from tileattn import flash_attn_func
 
-def _avx2_present():
-    x = torch.zeros(1, 1, 1, 16)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TILEATTN_CPU_SIMD", "avx2")
-        try:
-            flash_attn_func(x, x, x)
-        except tileattn.TileattnError as error:
-            assert error.argument == "TILEATTN_CPU_SIMD"
-            return False
-    return True
-
-
-AVX2 = _avx2_present()
+AVX2 = cpu_switch_takes("TILEATTN_CPU_SIMD", "avx2")
 PATHS = ["auto", "avx2", "off"]
 SHAPES = [(1, 1, 1, 1, 1, 8), (2, 17, 127, 7, 1, 64), (1, 300, 1000, 2, 2, 72), (1, 257, 333, 2, 1, 256)]
 
