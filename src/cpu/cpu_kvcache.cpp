@@ -13,12 +13,12 @@
 #include "api/backends.h"
 #include "common/kvcache.h"
 #include "cpu/amx_bf16.h"
-#include "cpu/simd_product.h"
 #include "cpu/amx_cache_tiles.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/kvcache_packed_q.h"
 #include "cpu/parallel.h"
 #include "cpu/score_tile.h"  // kFwdBlockM
+#include "cpu/simd_product.h"
 #include "cpu/tile_io.h"
 
 namespace tileattn {
