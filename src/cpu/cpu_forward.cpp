@@ -66,7 +66,9 @@ struct Inputs {
   Float32Rows k, v;
   tileattn_dtype kv_dtype = TILEATTN_FLOAT32;
   const Float32KeyTiles* float32_tiles = nullptr;
-  const simd::Kernels* simd = nullptr;  // with float32_tiles
+  const simd::Kernels* simd = nullptr;  // with float32_tiles, or few_rows
+  // K and V tile by tile into simd's few-row kernels (a KV-cache decode step).
+  bool few_rows = false;
   const PackedKeyTiles* packed = nullptr;
   bool cache_tiles = false;
 
@@ -107,6 +109,11 @@ void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& 
     return;
   }
   const Matrix k_tile = tile_operand(in.kv_dtype, in.k.rows, seq, col0, cols, head_k, dim, w.k.data());
+  if (in.few_rows) {
+    in.simd->few_rows_scores(rows, cols, dim, q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld,
+                             k_tile.data, k_tile.ld, scores, kFwdBlockN);
+    return;
+  }
   gemm_nt(rows, cols, dim, Matrix{q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld}, k_tile, 0.0f,
           scores, kFwdBlockN);
 }
@@ -231,7 +238,12 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
                        keys.v_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.v_ld(), out_rows, w.out_ld, true);
     } else {
       const Matrix v_tile = tile_operand(in.kv_dtype, in.v.rows, seq, col0, cols, head_k, dim, w.v.data());
-      gemm_nn(hi - lo, dim, cols, Matrix{w.scores.data() + lo_scores, kFwdBlockN}, v_tile, 1.0f, out_rows, w.out_ld);
+      if (in.few_rows) {
+        in.simd->few_rows_accumulate(hi - lo, cols, dim, w.scores.data() + lo_scores, kFwdBlockN, v_tile.data, v_tile.ld,
+                                     out_rows, w.out_ld);
+      } else {
+        gemm_nn(hi - lo, dim, cols, Matrix{w.scores.data() + lo_scores, kFwdBlockN}, v_tile, 1.0f, out_rows, w.out_ld);
+      }
     }
   }
 
@@ -289,6 +301,10 @@ void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, cons
             {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true, pages}}};
   in.kv_dtype = kv_dtype;
   in.cache_tiles = products == KvProducts::kAmxInPlace;
+  if (products == KvProducts::kSimdFewRows) {
+    in.simd = simd::kernels();
+    in.few_rows = true;
+  }
   if (products == KvProducts::kAmxPacked) {
     const PackedKeyTiles packed(p, kv_dtype, in.k.rows, in.v.rows);
     in.packed = &packed;

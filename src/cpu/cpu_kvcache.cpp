@@ -272,7 +272,11 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   // bf16 products on AMX: with K/V packed once where each query tile has rows enough to be
   // compute-bound (a chunk of prefill); a decode step's few rows read a bf16 cache in place (packing
   // would add a pass over the whole cache), where its head dim allows, and stay on sgemm elsewhere.
-  // Other calls with as many rows take the SIMD float32 products on K^T and V laid out once.
+  // Other calls take the SIMD float32 kernels: with as many rows on K^T and V laid out once; with
+  // fewer (a decode step) on a contiguous float32 cache of several KV heads the few-row kernels,
+  // which read a head's rows in place, requested rows ahead across the gaps between them (1 x 32k,
+  // 32/8 heads, d128: 14-15 -> 21-22 GB/s).  Where one head's rows are one stream (8 x 8k, 4/1
+  // heads, d64: 0.85-0.98x) and on tiles converted from fp16 (0.7x, not understood) sgemm stays.
   KvProducts products = KvProducts::kSgemm;
   if (f.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
     if (rows_per_seq >= kPackedMinQueryRows) {
@@ -280,8 +284,11 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
     } else if (keys.dtype == TILEATTN_BFLOAT16 && D % amx::kDepthPerStep == 0 && rows_per_seq <= amx::kCacheTileMaxRows) {
       products = KvProducts::kAmxInPlace;
     }
-  } else if (rows_per_seq >= kPackedMinQueryRows && simd::kernels() != nullptr) {
+  } else if (simd::kernels() != nullptr && rows_per_seq >= kPackedMinQueryRows) {
     products = KvProducts::kSimdTiles;
+  } else if (simd::kernels() != nullptr && keys.dtype == TILEATTN_FLOAT32 && !keys.paged &&
+             keys.k_row_stride > 2 * static_cast<int64_t>(D)) {
+    products = KvProducts::kSimdFewRows;
   }
   forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, products);
 

@@ -16,8 +16,9 @@ namespace tileattn::cpu {
 // in whatever dtype they are held, amx::enabled(); q rounded to bf16 for S = Q K^T) with K and V
 // packed once (kAmxPacked), or read in place (kAmxInPlace: kv_dtype bf16, a head dim that is a
 // multiple of 32, at most amx::kCacheTileMaxRows query rows a sequence; amx_cache_tiles.h); or on
-// AVX-512 or AVX2 with K^T and V laid out once as float32 blocks (kSimdTiles: simd::kernels()).
-enum class KvProducts { kSgemm, kAmxPacked, kAmxInPlace, kSimdTiles };
+// AVX-512 or AVX2 (simd::kernels()) with K^T and V laid out once as float32 blocks (kSimdTiles), or
+// read tile by tile by the few-row kernels (kSimdFewRows: a decode step's handful of rows).
+enum class KvProducts { kSgemm, kAmxPacked, kAmxInPlace, kSimdTiles, kSimdFewRows };
 void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages = nullptr,
                            KvProducts products = KvProducts::kSgemm);
 

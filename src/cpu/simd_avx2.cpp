@@ -32,6 +32,11 @@ struct Avx2 {
   static Vec zero() { return _mm256_setzero_ps(); }
   static Vec broadcast(float x) { return _mm256_set1_ps(x); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static float reduce_add(Vec v) {
+    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
+  }
   static Vec gather_column(const float* base, int64_t stride, Mask m) {
     const __m256i offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                                _mm256_set1_epi32(static_cast<int>(stride)));
@@ -39,7 +44,8 @@ struct Avx2 {
   }
 };
 
-const Kernels kAvx2{"avx2", block_code::product<Avx2>, block_code::transpose<Avx2>};
+const Kernels kAvx2{"avx2", block_code::product<Avx2>, block_code::transpose<Avx2>, block_code::few_rows_scores<Avx2>,
+                    block_code::few_rows_accumulate<Avx2>};
 
 }  // namespace
 

@@ -30,6 +30,7 @@ struct Avx512 {
   static Vec zero() { return _mm512_setzero_ps(); }
   static Vec broadcast(float x) { return _mm512_set1_ps(x); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  static float reduce_add(Vec v) { return _mm512_reduce_add_ps(v); }
   static Vec gather_column(const float* base, int64_t stride, Mask m) {
     const __m512i offsets = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                _mm512_set1_epi32(static_cast<int>(stride)));
@@ -37,7 +38,8 @@ struct Avx512 {
   }
 };
 
-const Kernels kAvx512{"avx512", block_code::product<Avx512>, block_code::transpose<Avx512>};
+const Kernels kAvx512{"avx512", block_code::product<Avx512>, block_code::transpose<Avx512>,
+                      block_code::few_rows_scores<Avx512>, block_code::few_rows_accumulate<Avx512>};
 
 }  // namespace
 

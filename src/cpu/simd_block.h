@@ -3,8 +3,8 @@
 // set, so the templates below are compiled for it.  Isa provides:
 //   Vec, Mask; kLanes (floats a vector), kRows x kVectors (the register block);
 //   mask(count) (the first `count` lanes), load/store (whole vectors), load_masked/store_masked,
-//   zero(), broadcast(x), fma(a, b, c) = a b + c, gather_column(base, stride, mask) (lane i from
-//   base[i * stride], stride fitting 32-bit offsets).
+//   zero(), broadcast(x), fma(a, b, c) = a b + c, reduce_add(v) (the sum of the lanes),
+//   gather_column(base, stride, mask) (lane i from base[i * stride], stride fitting 32-bit offsets).
 #pragma once
 
 #include <algorithm>
@@ -120,6 +120,89 @@ void transpose(const float* src, int64_t src_ld, int rows, int cols, float* dst,
     const float* column = src + r0 * src_ld;
     for (int c = 0; c < cols; ++c) {
       Isa::store_masked(dst + c * dst_ld + r0, lanes, Isa::gather_column(column + c, src_ld, lanes));
+    }
+  }
+}
+
+// How many rows ahead the few-row kernels request K and V rows (prefetch into L1).  A decode
+// step's rows lie H_k x D floats apart in the cache (4 KB at 8 x 128), each in another 4 KB page,
+// where the hardware prefetchers stop: one core read a 32k fp32 cache at 5.6-6.6 GB/s without, 10-11
+// with 8 rows ahead (4 and 16 between).
+constexpr int kRowsAhead = 8;
+
+template <class Isa>
+void prefetch_row(const float* row, int dim) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < int64_t{dim} * 4; b += 64) _mm_prefetch(bytes + b, _MM_HINT_T0);
+}
+
+// S (rows x cols, ld lds) = Q K^T for a few query rows: each K row is read once as vectors along D
+// and dotted with up to 4 query rows at a time (the tile products' blocks would broadcast K one
+// element at a time into vectors with `rows` of their lanes busy).
+template <class Isa>
+void few_rows_scores(int rows, int cols, int dim, const float* q, int64_t ldq, const float* k, int64_t ldk, float* s,
+                     int64_t lds) {
+  using Vec = typename Isa::Vec;
+  constexpr int kChunk = 4;
+  const int vectors = (dim + Isa::kLanes - 1) / Isa::kLanes;
+  const typename Isa::Mask tail = Isa::mask(dim - (vectors - 1) * Isa::kLanes);
+  for (int r0 = 0; r0 < rows; r0 += kChunk) {
+    const int chunk = std::min(kChunk, rows - r0);
+    for (int c = 0; c < cols; ++c) {
+      const float* key = k + c * ldk;
+      if (c + kRowsAhead < cols) prefetch_row<Isa>(key + kRowsAhead * ldk, dim);
+      Vec acc[kChunk] = {Isa::zero(), Isa::zero(), Isa::zero(), Isa::zero()};
+      for (int v = 0; v < vectors; ++v) {
+        const bool last = v == vectors - 1;
+        const Vec kv = last ? Isa::load_masked(key + v * Isa::kLanes, tail) : Isa::load(key + v * Isa::kLanes);
+        for (int r = 0; r < chunk; ++r) {
+          const float* qv = q + (r0 + r) * ldq + v * Isa::kLanes;
+          acc[r] = Isa::fma(last ? Isa::load_masked(qv, tail) : Isa::load(qv), kv, acc[r]);
+        }
+      }
+      for (int r = 0; r < chunk; ++r) s[(r0 + r) * lds + c] = Isa::reduce_add(acc[r]);
+    }
+  }
+}
+
+// O (rows x dim, ld ldo) += P V for a few rows: V's rows read as vectors, up to 4 P rows
+// broadcast against each, O's rows held in registers a panel of kVectors vectors at a time.
+template <class Isa>
+void few_rows_accumulate(int rows, int cols, int dim, const float* p, int64_t ldp, const float* v, int64_t ldv, float* o,
+                         int64_t ldo) {
+  using Vec = typename Isa::Vec;
+  constexpr int kChunk = 4, kPanel = Isa::kVectors * Isa::kLanes;
+  for (int r0 = 0; r0 < rows; r0 += kChunk) {
+    const int chunk = std::min(kChunk, rows - r0);
+    for (int d0 = 0; d0 < dim; d0 += kPanel) {
+      const int width = std::min(kPanel, dim - d0);
+      const int vectors = (width + Isa::kLanes - 1) / Isa::kLanes;
+      const typename Isa::Mask tail = Isa::mask(width - (vectors - 1) * Isa::kLanes);
+      auto load = [&](int j, const float* ptr) { return j == vectors - 1 ? Isa::load_masked(ptr, tail) : Isa::load(ptr); };
+      Vec acc[kChunk][Isa::kVectors];
+      for (int r = 0; r < chunk; ++r) {
+        for (int j = 0; j < vectors; ++j) acc[r][j] = load(j, o + (r0 + r) * ldo + d0 + j * Isa::kLanes);
+      }
+      for (int c = 0; c < cols; ++c) {
+        const float* value = v + c * ldv + d0;
+        if (d0 == 0 && c + kRowsAhead < cols) prefetch_row<Isa>(v + (c + kRowsAhead) * ldv, dim);
+        Vec vv[Isa::kVectors];
+        for (int j = 0; j < vectors; ++j) vv[j] = load(j, value + j * Isa::kLanes);
+        for (int r = 0; r < chunk; ++r) {
+          const Vec weight = Isa::broadcast(p[(r0 + r) * ldp + c]);
+          for (int j = 0; j < vectors; ++j) acc[r][j] = Isa::fma(weight, vv[j], acc[r][j]);
+        }
+      }
+      for (int r = 0; r < chunk; ++r) {
+        for (int j = 0; j < vectors; ++j) {
+          float* dst = o + (r0 + r) * ldo + d0 + j * Isa::kLanes;
+          if (j == vectors - 1) {
+            Isa::store_masked(dst, tail, acc[r][j]);
+          } else {
+            Isa::store(dst, acc[r][j]);
+          }
+        }
+      }
     }
   }
 }

@@ -4,8 +4,8 @@ an AVX-512 host runs too; off: OpenBLAS's sgemm, the path of CPUs with neither).
 and float16 calls, and bf16 ones where AMX is off or missing.  The rest of the suite runs on the
 path the host takes, and scripts/test.sh runs the core numeric files again with AMX and SIMD off.  Here: both paths against float64, forward and backward, with
 a partial 6-row block, 16-float vector and 64-column panel in every product (head dims 8, 72 and
-256, key spans that start inside a key tile under a window), KV-cache prefill chunks, and the
-switch's error."""
+256, key spans that start inside a key tile under a window), KV-cache prefill chunks and decode
+steps, and the switch's error."""
 
 import pytest
 import torch
@@ -13,7 +13,7 @@ import torch
 import tileattn
 from conftest import cpu_switch_takes
 from test_attention import MASKS, run_and_compare
-from test_cpu_amx import PREFILL_CASES
+from test_cpu_amx import DECODE_CASES, PREFILL_CASES
 from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from tileattn import flash_attn_func
 
@@ -48,6 +48,20 @@ def test_kvcache_prefill_on_each_path_holds_the_rule(monkeypatch, path, dtype, c
     args, slot, first = make_problem(opts, dtype, "cpu")
     out, lse = tileattn.flash_attn_with_kvcache(**args)
     check_against_reference(opts, dtype, args, slot, first, out, lse)
+
+
+# A decode step on a float32 cache: a contiguous cache of several KV heads takes the few-row kernels
+# (cache_seqlens 0, 17 and 506 leave partial key tiles), pages and one-KV-head caches stay on sgemm.
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", DECODE_CASES)
+def test_kvcache_decode_on_each_path_holds_the_rule(monkeypatch, path, case):
+    if path == "avx2" and not AVX2:
+        pytest.skip("this CPU has no AVX2 with FMA")
+    monkeypatch.setenv("TILEATTN_CPU_SIMD", path)
+    opts = dict(DEFAULTS, **DECODE_CASES[case])
+    args, slot, first = make_problem(opts, torch.float32, "cpu")
+    out, lse = tileattn.flash_attn_with_kvcache(**args)
+    check_against_reference(opts, torch.float32, args, slot, first, out, lse)
 
 
 def test_unknown_value_is_an_error(monkeypatch):
