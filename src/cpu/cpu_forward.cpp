@@ -67,7 +67,7 @@ struct Inputs {
   tileattn_dtype kv_dtype = TILEATTN_FLOAT32;
   const Float32KeyTiles* float32_tiles = nullptr;
   const simd::Kernels* simd = nullptr;  // with float32_tiles, or few_rows
-  // K and V tile by tile into simd's few-row kernels (a KV-cache decode step).
+  // K and V read in place (not paged) by simd's few-row kernels (a KV-cache decode step).
   bool few_rows = false;
   const PackedKeyTiles* packed = nullptr;
   bool cache_tiles = false;
@@ -108,12 +108,13 @@ void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& 
                      false);
     return;
   }
-  const Matrix k_tile = tile_operand(in.kv_dtype, in.k.rows, seq, col0, cols, head_k, dim, w.k.data());
   if (in.few_rows) {
     in.simd->few_rows_scores(rows, cols, dim, q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld,
-                             k_tile.data, k_tile.ld, scores, kFwdBlockN);
+                             row_in_place(in.kv_dtype, in.k.rows, seq, col0, head_k), in.kv_dtype,
+                             in.k.rows.row_stride, scores, kFwdBlockN);
     return;
   }
+  const Matrix k_tile = tile_operand(in.kv_dtype, in.k.rows, seq, col0, cols, head_k, dim, w.k.data());
   gemm_nt(rows, cols, dim, Matrix{q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld}, k_tile, 0.0f,
           scores, kFwdBlockN);
 }
@@ -236,14 +237,13 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
       const Float32KeyTiles& keys = *in.float32_tiles;
       in.simd->product(hi - lo, dim, cols, {w.scores.data() + lo_scores, kFwdBlockN, 1},
                        keys.v_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.v_ld(), out_rows, w.out_ld, true);
+    } else if (in.few_rows) {
+      in.simd->few_rows_accumulate(hi - lo, cols, dim, w.scores.data() + lo_scores, kFwdBlockN,
+                                   row_in_place(in.kv_dtype, in.v.rows, seq, col0, head_k), in.kv_dtype,
+                                   in.v.rows.row_stride, out_rows, w.out_ld);
     } else {
       const Matrix v_tile = tile_operand(in.kv_dtype, in.v.rows, seq, col0, cols, head_k, dim, w.v.data());
-      if (in.few_rows) {
-        in.simd->few_rows_accumulate(hi - lo, cols, dim, w.scores.data() + lo_scores, kFwdBlockN, v_tile.data, v_tile.ld,
-                                     out_rows, w.out_ld);
-      } else {
-        gemm_nn(hi - lo, dim, cols, Matrix{w.scores.data() + lo_scores, kFwdBlockN}, v_tile, 1.0f, out_rows, w.out_ld);
-      }
+      gemm_nn(hi - lo, dim, cols, Matrix{w.scores.data() + lo_scores, kFwdBlockN}, v_tile, 1.0f, out_rows, w.out_ld);
     }
   }
 

@@ -273,10 +273,10 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   // compute-bound (a chunk of prefill); a decode step's few rows read a bf16 cache in place (packing
   // would add a pass over the whole cache), where its head dim allows, and stay on sgemm elsewhere.
   // Other calls take the SIMD float32 kernels: with as many rows on K^T and V laid out once; with
-  // fewer (a decode step) on a contiguous float32 cache of several KV heads the few-row kernels,
-  // which read a head's rows in place, requested rows ahead across the gaps between them (1 x 32k,
-  // 32/8 heads, d128: 14-15 -> 21-22 GB/s).  Where one head's rows are one stream (8 x 8k, 4/1
-  // heads, d64: 0.85-0.98x) and on tiles converted from fp16 (0.7x, not understood) sgemm stays.
+  // fewer (a decode step) on a contiguous cache of several KV heads the few-row kernels, which read
+  // a head's rows in place (bf16/fp16 widened as loaded), requested rows ahead across the gaps
+  // between them (1 x 32k, 32/8 heads, d128, fp32: 10.9 -> 21.3 GB/s).  Where one head's rows are
+  // one stream (8 x 8k, 4/1 heads, d64: 0.85-0.98x) sgemm stays.
   KvProducts products = KvProducts::kSgemm;
   if (f.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
     if (rows_per_seq >= kPackedMinQueryRows) {
@@ -286,8 +286,7 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
     }
   } else if (simd::kernels() != nullptr && rows_per_seq >= kPackedMinQueryRows) {
     products = KvProducts::kSimdTiles;
-  } else if (simd::kernels() != nullptr && keys.dtype == TILEATTN_FLOAT32 && !keys.paged &&
-             keys.k_row_stride > 2 * static_cast<int64_t>(D)) {
+  } else if (simd::kernels() != nullptr && !keys.paged && keys.k_row_stride > 2 * static_cast<int64_t>(D)) {
     products = KvProducts::kSimdFewRows;
   }
   forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, products);

@@ -1,5 +1,5 @@
-// The products on AVX2 with FMA (simd_block.h's code for 8-float vectors), for x86 CPUs without
-// AVX-512 (AMD Zen 2 and 3, Intel's client cores).
+// The products on AVX2 with FMA and F16C (simd_block.h's code for 8-float vectors), for x86 CPUs
+// without AVX-512 (AMD Zen 2 and 3, Intel's client cores).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -9,7 +9,7 @@
 
 #if TILEATTN_AMX_BUILT
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #include "cpu/simd_block.h"
 
 namespace tileattn::cpu::simd {
@@ -32,6 +32,11 @@ struct Avx2 {
   static Vec zero() { return _mm256_setzero_ps(); }
   static Vec broadcast(float x) { return _mm256_set1_ps(x); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static Vec widen_bf16(const uint16_t* p) {
+    const __m256i bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+  }
+  static Vec widen_fp16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static float reduce_add(Vec v) {
     const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 pairs = _mm_add_ps(half, _mm_movehl_ps(half, half));
@@ -50,7 +55,8 @@ const Kernels kAvx2{"avx2", block_code::product<Avx2>, block_code::transpose<Avx
 }  // namespace
 
 const Kernels* avx2_kernels() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
   return has ? &kAvx2 : nullptr;
 }
 

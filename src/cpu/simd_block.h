@@ -4,6 +4,7 @@
 //   Vec, Mask; kLanes (floats a vector), kRows x kVectors (the register block);
 //   mask(count) (the first `count` lanes), load/store (whole vectors), load_masked/store_masked,
 //   zero(), broadcast(x), fma(a, b, c) = a b + c, reduce_add(v) (the sum of the lanes),
+//   widen_bf16(p), widen_fp16(p) (kLanes 16-bit values as floats),
 //   gather_column(base, stride, mask) (lane i from base[i * stride], stride fitting 32-bit offsets).
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "cpu/convert.h"
 #include "cpu/simd_product.h"
 
 namespace tileattn::cpu::simd::block_code {
@@ -125,85 +127,207 @@ void transpose(const float* src, int64_t src_ld, int rows, int cols, float* dst,
 }
 
 // How many rows ahead the few-row kernels request K and V rows (prefetch into L1).  A decode
-// step's rows lie H_k x D floats apart in the cache (4 KB at 8 x 128), each in another 4 KB page,
-// where the hardware prefetchers stop: one core read a 32k fp32 cache at 5.6-6.6 GB/s without, 10-11
-// with 8 rows ahead (4 and 16 between).
+// step's rows lie H_k x D elements apart in the cache (4 KB at 8 x 128 floats), each in another 4 KB
+// page, where the hardware prefetchers stop: one core read a 32k fp32 cache at 5.6-6.6 GB/s without,
+// 10-11 with 8 rows ahead (4 and 16 between).
 constexpr int kRowsAhead = 8;
 
+// A K or V row's elements as float vectors: float32 read as is, bf16 and fp16 widened as loaded
+// (so a 16-bit cache is read in place, with no float32 copy of its tiles).  A row's last vector,
+// where the row ends inside it, is read through a float copy of its elements.
+template <class Isa, class T>
+struct RowElements;
 template <class Isa>
-void prefetch_row(const float* row, int dim) {
+struct RowElements<Isa, float> {
+  static typename Isa::Vec load(const float* p) { return Isa::load(p); }
+  static typename Isa::Vec load_tail(const float* p, int, typename Isa::Mask lanes) { return Isa::load_masked(p, lanes); }
+};
+struct Bf16 {
+  uint16_t bits;
+};
+struct Fp16 {
+  uint16_t bits;
+};
+template <class Isa>
+struct RowElements<Isa, Bf16> {
+  static typename Isa::Vec load(const Bf16* p) { return Isa::widen_bf16(reinterpret_cast<const uint16_t*>(p)); }
+  static typename Isa::Vec load_tail(const Bf16* p, int count, typename Isa::Mask lanes) {
+    float values[Isa::kLanes];
+    for (int i = 0; i < count; ++i) values[i] = bf16_to_float(p[i].bits);
+    return Isa::load_masked(values, lanes);
+  }
+};
+template <class Isa>
+struct RowElements<Isa, Fp16> {
+  static typename Isa::Vec load(const Fp16* p) { return Isa::widen_fp16(reinterpret_cast<const uint16_t*>(p)); }
+  static typename Isa::Vec load_tail(const Fp16* p, int count, typename Isa::Mask lanes) {
+    float values[Isa::kLanes];
+    for (int i = 0; i < count; ++i) values[i] = fp16_to_float(p[i].bits);
+    return Isa::load_masked(values, lanes);
+  }
+};
+
+template <class T>
+void prefetch_row(const T* row, int dim) {
   const char* bytes = reinterpret_cast<const char*>(row);
-  for (int64_t b = 0; b < int64_t{dim} * 4; b += 64) _mm_prefetch(bytes + b, _MM_HINT_T0);
+  for (int64_t b = 0; b < int64_t{dim} * static_cast<int64_t>(sizeof(T)); b += 64) _mm_prefetch(bytes + b, _MM_HINT_T0);
 }
 
-// S (rows x cols, ld lds) = Q K^T for a few query rows: each K row is read once as vectors along D
-// and dotted with up to 4 query rows at a time (the tile products' blocks would broadcast K one
-// element at a time into vectors with `rows` of their lanes busy).
-template <class Isa>
-void few_rows_scores(int rows, int cols, int dim, const float* q, int64_t ldq, const float* k, int64_t ldk, float* s,
-                     int64_t lds) {
+// S rows [0, R) (ld lds) = Q K^T for R query rows: each K row is read once as vectors along D and
+// dotted with the R query rows (the tile products' blocks would broadcast K one element at a time
+// into vectors with R of their lanes busy).  R is a template argument so that the R sums stay in
+// registers (with a run-time count GCC kept them on the stack).
+template <class Isa, class T, int R>
+void few_rows_scores_block(int cols, int dim, const float* q, int64_t ldq, const T* k, int64_t ldk, float* s,
+                           int64_t lds) {
   using Vec = typename Isa::Vec;
-  constexpr int kChunk = 4;
+  using Row = RowElements<Isa, T>;
   const int vectors = (dim + Isa::kLanes - 1) / Isa::kLanes;
-  const typename Isa::Mask tail = Isa::mask(dim - (vectors - 1) * Isa::kLanes);
-  for (int r0 = 0; r0 < rows; r0 += kChunk) {
-    const int chunk = std::min(kChunk, rows - r0);
-    for (int c = 0; c < cols; ++c) {
-      const float* key = k + c * ldk;
-      if (c + kRowsAhead < cols) prefetch_row<Isa>(key + kRowsAhead * ldk, dim);
-      Vec acc[kChunk] = {Isa::zero(), Isa::zero(), Isa::zero(), Isa::zero()};
-      for (int v = 0; v < vectors; ++v) {
-        const bool last = v == vectors - 1;
-        const Vec kv = last ? Isa::load_masked(key + v * Isa::kLanes, tail) : Isa::load(key + v * Isa::kLanes);
-        for (int r = 0; r < chunk; ++r) {
-          const float* qv = q + (r0 + r) * ldq + v * Isa::kLanes;
-          acc[r] = Isa::fma(last ? Isa::load_masked(qv, tail) : Isa::load(qv), kv, acc[r]);
-        }
+  const int tail_count = dim - (vectors - 1) * Isa::kLanes;
+  const typename Isa::Mask tail = Isa::mask(tail_count);
+  for (int c = 0; c < cols; ++c) {
+    const T* key = k + c * ldk;
+    if (c + kRowsAhead < cols) prefetch_row(key + kRowsAhead * ldk, dim);
+    Vec acc[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = Isa::zero();
+    for (int v = 0; v < vectors; ++v) {
+      const bool partial = v == vectors - 1 && tail_count < Isa::kLanes;
+      const T* at = key + v * Isa::kLanes;
+      const Vec kv = partial ? Row::load_tail(at, tail_count, tail) : Row::load(at);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const float* qv = q + r * ldq + v * Isa::kLanes;
+        acc[r] = Isa::fma(partial ? Isa::load_masked(qv, tail) : Isa::load(qv), kv, acc[r]);
       }
-      for (int r = 0; r < chunk; ++r) s[(r0 + r) * lds + c] = Isa::reduce_add(acc[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) s[r * lds + c] = Isa::reduce_add(acc[r]);
+  }
+}
+
+// S (rows x cols, ld lds) = Q K^T for a few query rows, 4 at a time.
+template <class Isa, class T>
+void few_rows_scores_of(int rows, int cols, int dim, const float* q, int64_t ldq, const T* k, int64_t ldk, float* s,
+                        int64_t lds) {
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    const float* qr = q + r0 * ldq;
+    float* sr = s + r0 * lds;
+    switch (std::min(4, rows - r0)) {
+      case 1: few_rows_scores_block<Isa, T, 1>(cols, dim, qr, ldq, k, ldk, sr, lds); break;
+      case 2: few_rows_scores_block<Isa, T, 2>(cols, dim, qr, ldq, k, ldk, sr, lds); break;
+      case 3: few_rows_scores_block<Isa, T, 3>(cols, dim, qr, ldq, k, ldk, sr, lds); break;
+      default: few_rows_scores_block<Isa, T, 4>(cols, dim, qr, ldq, k, ldk, sr, lds); break;
     }
   }
 }
 
-// O (rows x dim, ld ldo) += P V for a few rows: V's rows read as vectors, up to 4 P rows
-// broadcast against each, O's rows held in registers a panel of kVectors vectors at a time.
-template <class Isa>
-void few_rows_accumulate(int rows, int cols, int dim, const float* p, int64_t ldp, const float* v, int64_t ldv, float* o,
-                         int64_t ldo) {
+// O rows [0, R) x columns [d0, d0 + NV kLanes) (ld ldo) += P V: V's rows read as vectors, the R P
+// rows broadcast against each, the R x NV sums in registers (template arguments, as above).
+template <class Isa, class T, int R, int NV>
+void few_rows_accumulate_block(int cols, int dim, int d0, int tail_count, const float* p, int64_t ldp, const T* v,
+                               int64_t ldv, float* o, int64_t ldo) {
   using Vec = typename Isa::Vec;
-  constexpr int kChunk = 4, kPanel = Isa::kVectors * Isa::kLanes;
-  for (int r0 = 0; r0 < rows; r0 += kChunk) {
-    const int chunk = std::min(kChunk, rows - r0);
-    for (int d0 = 0; d0 < dim; d0 += kPanel) {
-      const int width = std::min(kPanel, dim - d0);
-      const int vectors = (width + Isa::kLanes - 1) / Isa::kLanes;
-      const typename Isa::Mask tail = Isa::mask(width - (vectors - 1) * Isa::kLanes);
-      auto load = [&](int j, const float* ptr) { return j == vectors - 1 ? Isa::load_masked(ptr, tail) : Isa::load(ptr); };
-      Vec acc[kChunk][Isa::kVectors];
-      for (int r = 0; r < chunk; ++r) {
-        for (int j = 0; j < vectors; ++j) acc[r][j] = load(j, o + (r0 + r) * ldo + d0 + j * Isa::kLanes);
-      }
-      for (int c = 0; c < cols; ++c) {
-        const float* value = v + c * ldv + d0;
-        if (d0 == 0 && c + kRowsAhead < cols) prefetch_row<Isa>(v + (c + kRowsAhead) * ldv, dim);
-        Vec vv[Isa::kVectors];
-        for (int j = 0; j < vectors; ++j) vv[j] = load(j, value + j * Isa::kLanes);
-        for (int r = 0; r < chunk; ++r) {
-          const Vec weight = Isa::broadcast(p[(r0 + r) * ldp + c]);
-          for (int j = 0; j < vectors; ++j) acc[r][j] = Isa::fma(weight, vv[j], acc[r][j]);
-        }
-      }
-      for (int r = 0; r < chunk; ++r) {
-        for (int j = 0; j < vectors; ++j) {
-          float* dst = o + (r0 + r) * ldo + d0 + j * Isa::kLanes;
-          if (j == vectors - 1) {
-            Isa::store_masked(dst, tail, acc[r][j]);
-          } else {
-            Isa::store(dst, acc[r][j]);
-          }
-        }
+  using Row = RowElements<Isa, T>;
+  const typename Isa::Mask tail = Isa::mask(tail_count);
+  const bool whole = tail_count == Isa::kLanes;
+  Vec acc[R][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      const float* at = o + r * ldo + d0 + j * Isa::kLanes;
+      acc[r][j] = j == NV - 1 && !whole ? Isa::load_masked(at, tail) : Isa::load(at);
+    }
+  }
+  for (int c = 0; c < cols; ++c) {
+    const T* value = v + c * ldv + d0;
+    if (d0 == 0 && c + kRowsAhead < cols) prefetch_row(v + (c + kRowsAhead) * ldv, dim);
+    Vec vv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      vv[j] = j == NV - 1 && !whole ? Row::load_tail(value + j * Isa::kLanes, tail_count, tail)
+                                    : Row::load(value + j * Isa::kLanes);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const Vec weight = Isa::broadcast(p[r * ldp + c]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[r][j] = Isa::fma(weight, vv[j], acc[r][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      float* dst = o + r * ldo + d0 + j * Isa::kLanes;
+      if (j == NV - 1 && !whole) {
+        Isa::store_masked(dst, tail, acc[r][j]);
+      } else {
+        Isa::store(dst, acc[r][j]);
       }
     }
+  }
+}
+
+template <class Isa, class T, int R>
+void few_rows_accumulate_rows(int cols, int dim, const float* p, int64_t ldp, const T* v, int64_t ldv, float* o,
+                              int64_t ldo) {
+  constexpr int kPanel = Isa::kVectors * Isa::kLanes;
+  for (int d0 = 0; d0 < dim; d0 += kPanel) {
+    const int width = std::min(kPanel, dim - d0);
+    const int vectors = (width + Isa::kLanes - 1) / Isa::kLanes;
+    const int tail_count = width - (vectors - 1) * Isa::kLanes;
+    switch (vectors) {
+      case 1: few_rows_accumulate_block<Isa, T, R, 1>(cols, dim, d0, tail_count, p, ldp, v, ldv, o, ldo); break;
+      case 2: few_rows_accumulate_block<Isa, T, R, 2>(cols, dim, d0, tail_count, p, ldp, v, ldv, o, ldo); break;
+      case 3: few_rows_accumulate_block<Isa, T, R, 3>(cols, dim, d0, tail_count, p, ldp, v, ldv, o, ldo); break;
+      default: few_rows_accumulate_block<Isa, T, R, 4>(cols, dim, d0, tail_count, p, ldp, v, ldv, o, ldo); break;
+    }
+  }
+}
+
+// O (rows x dim, ld ldo) += P V for a few rows, 4 at a time, a panel of kVectors vectors at a time.
+template <class Isa, class T>
+void few_rows_accumulate_of(int rows, int cols, int dim, const float* p, int64_t ldp, const T* v, int64_t ldv, float* o,
+                            int64_t ldo) {
+  static_assert(Isa::kVectors <= 4, "panels of at most 4 vectors");
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    const float* pr = p + r0 * ldp;
+    float* orow = o + r0 * ldo;
+    switch (std::min(4, rows - r0)) {
+      case 1: few_rows_accumulate_rows<Isa, T, 1>(cols, dim, pr, ldp, v, ldv, orow, ldo); break;
+      case 2: few_rows_accumulate_rows<Isa, T, 2>(cols, dim, pr, ldp, v, ldv, orow, ldo); break;
+      case 3: few_rows_accumulate_rows<Isa, T, 3>(cols, dim, pr, ldp, v, ldv, orow, ldo); break;
+      default: few_rows_accumulate_rows<Isa, T, 4>(cols, dim, pr, ldp, v, ldv, orow, ldo); break;
+    }
+  }
+}
+
+// The kernels' entry points: K and V rows of any of the three element types.
+template <class Isa>
+void few_rows_scores(int rows, int cols, int dim, const float* q, int64_t ldq, const void* k, tileattn_dtype dtype,
+                     int64_t ldk, float* s, int64_t lds) {
+  switch (dtype) {
+    case TILEATTN_BFLOAT16:
+      return few_rows_scores_of<Isa>(rows, cols, dim, q, ldq, static_cast<const Bf16*>(k), ldk, s, lds);
+    case TILEATTN_FLOAT16:
+      return few_rows_scores_of<Isa>(rows, cols, dim, q, ldq, static_cast<const Fp16*>(k), ldk, s, lds);
+    default:
+      return few_rows_scores_of<Isa>(rows, cols, dim, q, ldq, static_cast<const float*>(k), ldk, s, lds);
+  }
+}
+
+template <class Isa>
+void few_rows_accumulate(int rows, int cols, int dim, const float* p, int64_t ldp, const void* v, tileattn_dtype dtype,
+                         int64_t ldv, float* o, int64_t ldo) {
+  switch (dtype) {
+    case TILEATTN_BFLOAT16:
+      return few_rows_accumulate_of<Isa>(rows, cols, dim, p, ldp, static_cast<const Bf16*>(v), ldv, o, ldo);
+    case TILEATTN_FLOAT16:
+      return few_rows_accumulate_of<Isa>(rows, cols, dim, p, ldp, static_cast<const Fp16*>(v), ldv, o, ldo);
+    default:
+      return few_rows_accumulate_of<Isa>(rows, cols, dim, p, ldp, static_cast<const float*>(v), ldv, o, ldo);
   }
 }
 

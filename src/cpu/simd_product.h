@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "tileattn/tileattn.h"
+
 namespace tileattn::cpu::simd {
 
 // A (m x k): element (i, l) at data[i * row + l * depth], so A^T is read by swapping the strides.
@@ -32,13 +34,14 @@ struct Kernels {
   // S=1024 forward).
   void (*transpose)(const float* src, int64_t src_ld, int rows, int cols, float* dst, int64_t dst_ld);
   // A decode step's products, for a few query rows (a KV group's heads of one token, say) against
-  // K and V rows read where they lie (a cache's rows, any stride) and requested a few rows ahead:
-  // S (rows x cols, ld lds) = Q K^T, and O (rows x dim, ld ldo) += P V.  Their sums run in another
-  // order than product's (S by vector lanes, then across them).
-  void (*few_rows_scores)(int rows, int cols, int dim, const float* q, int64_t ldq, const float* k, int64_t ldk,
-                          float* s, int64_t lds);
-  void (*few_rows_accumulate)(int rows, int cols, int dim, const float* p, int64_t ldp, const float* v, int64_t ldv,
-                              float* o, int64_t ldo);
+  // K and V rows read where they lie (a cache's rows of `dtype` elements, any stride, widened to
+  // float as loaded) and requested a few rows ahead: S (rows x cols, ld lds) = Q K^T, and O (rows x
+  // dim, ld ldo) += P V.  Their sums run in another order than product's (S by vector lanes, then
+  // across them).
+  void (*few_rows_scores)(int rows, int cols, int dim, const float* q, int64_t ldq, const void* k,
+                          tileattn_dtype dtype, int64_t ldk, float* s, int64_t lds);
+  void (*few_rows_accumulate)(int rows, int cols, int dim, const float* p, int64_t ldp, const void* v,
+                              tileattn_dtype dtype, int64_t ldv, float* o, int64_t ldo);
 };
 
 // The kernels this call should use, or null for OpenBLAS's sgemm: TILEATTN_CPU_SIMD (read on every

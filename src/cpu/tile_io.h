@@ -64,6 +64,13 @@ inline void load_tile(tileattn_dtype dtype, const StridedRows& src, const Sequen
   }
 }
 
+// Row `row` of one head where it lies (not paged), for kernels that take rows of any stride and
+// element type.
+inline const void* row_in_place(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s, int row, int head) {
+  const int64_t element = dtype == TILEATTN_FLOAT32 ? 4 : 2;
+  return static_cast<const char*>(src.data) + src.offset(s, row, head) * element;
+}
+
 // The same rows as a product operand.  float32 storage is used in place (its row stride becomes
 // the operand's leading dim); other dtypes are converted into `scratch`.
 inline Matrix tile_operand(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s,

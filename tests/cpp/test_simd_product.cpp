@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/convert.h"
 #include "cpu/simd_product.h"
 #include "tileattn/tileattn.hpp"
 
@@ -124,56 +125,71 @@ TEST_P(SimdProduct, TransposeOfRowsTooFarApartForGathers) {
 }
 
 // The few-row kernels of a decode step: S = Q K^T and O += P V for 1-9 query rows (a partial chunk
-// of 4), head dims with a partial vector, K and V rows far apart (a cache's head stride) so that the
-// row-ahead requests reach past the rows used, and S's and O's entries past their rows and
-// columns left as they were.
+// of 4), head dims with a partial vector, K and V rows of float32, bf16 and fp16 far apart (a cache's
+// head stride) so that the row-ahead requests reach past the rows used, and S's and O's entries
+// past their rows and columns left as they were.
 TEST_P(SimdProduct, FewRowKernelsMatchFloat64Sums) {
   const simd::Kernels* simd = kernels();
   if (simd == nullptr) GTEST_SKIP() << "this CPU lacks " << GetParam();
   std::mt19937 rng(5);
   const float sentinel = -99.0f;
-  for (const int rows : {1, 4, 5, 9}) {
-    for (const int cols : {1, 17, 128}) {
-      for (const int dim : {8, 72, 128, 256}) {
-        SCOPED_TRACE(testing::Message() << "rows=" << rows << " cols=" << cols << " dim=" << dim);
-        const int64_t ldq = dim + 3, ldk = 4 * dim + 16, lds = cols + 2, ldo = dim + 5;
-        const std::vector<float> q = random_floats(static_cast<size_t>(rows) * ldq, rng);
-        const std::vector<float> k = random_floats(static_cast<size_t>(cols) * ldk, rng);
-        const std::vector<float> v = random_floats(static_cast<size_t>(cols) * ldk, rng);
-        std::vector<float> s(static_cast<size_t>(rows + 1) * lds, sentinel);
-        simd->few_rows_scores(rows, cols, dim, q.data(), ldq, k.data(), ldk, s.data(), lds);
-        std::vector<float> o = random_floats(static_cast<size_t>(rows + 1) * ldo, rng);
-        for (int r = 0; r <= rows; ++r) {
-          for (int d = 0; d < ldo; ++d) {
-            if (r == rows || d >= dim) o[r * ldo + d] = sentinel;
+  for (const tileattn_dtype dtype : {TILEATTN_FLOAT32, TILEATTN_BFLOAT16, TILEATTN_FLOAT16}) {
+    for (const int rows : {1, 4, 5, 9}) {
+      for (const int cols : {1, 17, 128}) {
+        for (const int dim : {8, 72, 128, 256}) {
+          SCOPED_TRACE(testing::Message() << "dtype=" << dtype << " rows=" << rows << " cols=" << cols << " dim=" << dim);
+          const int64_t ldq = dim + 3, ldk = 4 * dim + 16, lds = cols + 2, ldo = dim + 5;
+          const std::vector<float> q = random_floats(static_cast<size_t>(rows) * ldq, rng);
+          // K and V in the element type, and the floats they hold (the reference's operands).
+          std::vector<float> k = random_floats(static_cast<size_t>(cols) * ldk, rng);
+          std::vector<float> v = random_floats(static_cast<size_t>(cols) * ldk, rng);
+          std::vector<uint16_t> k16(k.size()), v16(v.size());
+          if (dtype != TILEATTN_FLOAT32) {
+            for (size_t i = 0; i < k.size(); ++i) {
+              const bool bf16 = dtype == TILEATTN_BFLOAT16;
+              k16[i] = bf16 ? float_to_bf16(k[i]) : float_to_fp16(k[i]);
+              v16[i] = bf16 ? float_to_bf16(v[i]) : float_to_fp16(v[i]);
+              k[i] = bf16 ? bf16_to_float(k16[i]) : fp16_to_float(k16[i]);
+              v[i] = bf16 ? bf16_to_float(v16[i]) : fp16_to_float(v16[i]);
+            }
           }
-        }
-        const std::vector<float> o0 = o;
-        simd->few_rows_accumulate(rows, cols, dim, s.data(), lds, v.data(), ldk, o.data(), ldo);
-        for (int r = 0; r <= rows; ++r) {
-          for (int c = 0; c < lds; ++c) {
-            if (r == rows || c >= cols) {
-              ASSERT_EQ(s[r * lds + c], sentinel) << "S written at (" << r << ", " << c << ")";
-              continue;
+          const void* k_data = dtype == TILEATTN_FLOAT32 ? static_cast<const void*>(k.data()) : k16.data();
+          const void* v_data = dtype == TILEATTN_FLOAT32 ? static_cast<const void*>(v.data()) : v16.data();
+          std::vector<float> s(static_cast<size_t>(rows + 1) * lds, sentinel);
+          simd->few_rows_scores(rows, cols, dim, q.data(), ldq, k_data, dtype, ldk, s.data(), lds);
+          std::vector<float> o = random_floats(static_cast<size_t>(rows + 1) * ldo, rng);
+          for (int r = 0; r <= rows; ++r) {
+            for (int d = 0; d < ldo; ++d) {
+              if (r == rows || d >= dim) o[r * ldo + d] = sentinel;
             }
-            double sum = 0.0, magnitude = 0.0;
-            for (int d = 0; d < dim; ++d) {
-              sum += static_cast<double>(q[r * ldq + d]) * k[c * ldk + d];
-              magnitude += std::fabs(static_cast<double>(q[r * ldq + d]) * k[c * ldk + d]);
-            }
-            ASSERT_NEAR(s[r * lds + c], sum, 1e-7 * dim * magnitude + 1e-6) << "S at (" << r << ", " << c << ")";
           }
-          for (int d = 0; d < ldo; ++d) {
-            if (r == rows || d >= dim) {
-              ASSERT_EQ(o[r * ldo + d], sentinel) << "O written at (" << r << ", " << d << ")";
-              continue;
+          const std::vector<float> o0 = o;
+          simd->few_rows_accumulate(rows, cols, dim, s.data(), lds, v_data, dtype, ldk, o.data(), ldo);
+          for (int r = 0; r <= rows; ++r) {
+            for (int c = 0; c < lds; ++c) {
+              if (r == rows || c >= cols) {
+                ASSERT_EQ(s[r * lds + c], sentinel) << "S written at (" << r << ", " << c << ")";
+                continue;
+              }
+              double sum = 0.0, magnitude = 0.0;
+              for (int d = 0; d < dim; ++d) {
+                sum += static_cast<double>(q[r * ldq + d]) * k[c * ldk + d];
+                magnitude += std::fabs(static_cast<double>(q[r * ldq + d]) * k[c * ldk + d]);
+              }
+              ASSERT_NEAR(s[r * lds + c], sum, 1e-7 * dim * magnitude + 1e-6) << "S at (" << r << ", " << c << ")";
             }
-            double sum = o0[r * ldo + d], magnitude = std::fabs(sum);
-            for (int c = 0; c < cols; ++c) {
-              sum += static_cast<double>(s[r * lds + c]) * v[c * ldk + d];
-              magnitude += std::fabs(static_cast<double>(s[r * lds + c]) * v[c * ldk + d]);
+            for (int d = 0; d < ldo; ++d) {
+              if (r == rows || d >= dim) {
+                ASSERT_EQ(o[r * ldo + d], sentinel) << "O written at (" << r << ", " << d << ")";
+                continue;
+              }
+              double sum = o0[r * ldo + d], magnitude = std::fabs(sum);
+              for (int c = 0; c < cols; ++c) {
+                sum += static_cast<double>(s[r * lds + c]) * v[c * ldk + d];
+                magnitude += std::fabs(static_cast<double>(s[r * lds + c]) * v[c * ldk + d]);
+              }
+              ASSERT_NEAR(o[r * ldo + d], sum, 1e-7 * cols * magnitude + 1e-6) << "O at (" << r << ", " << d << ")";
             }
-            ASSERT_NEAR(o[r * ldo + d], sum, 1e-7 * cols * magnitude + 1e-6) << "O at (" << r << ", " << d << ")";
           }
         }
       }

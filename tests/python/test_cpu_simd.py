@@ -50,18 +50,26 @@ def test_kvcache_prefill_on_each_path_holds_the_rule(monkeypatch, path, dtype, c
     check_against_reference(opts, dtype, args, slot, first, out, lse)
 
 
-# A decode step on a float32 cache: a contiguous cache of several KV heads takes the few-row kernels
-# (cache_seqlens 0, 17 and 506 leave partial key tiles), pages and one-KV-head caches stay on sgemm.
+# A decode step: a contiguous cache of several KV heads takes the few-row kernels, reading its fp32,
+# fp16 or bf16 rows in place (cache_seqlens 0, 17 and 506 leave partial key tiles; d72 a partial
+# vector, 3 new tokens x 2 heads a partial group of 4 rows); pages and one-KV-head caches stay on
+# sgemm.  bf16 with AMX off, as on CPUs without it.
+FEW_ROW_CASES = {**DECODE_CASES,
+                 "contiguous_d72_three_tokens": dict(dim=72, heads=8, heads_k=4, seqlen_q=3, seqlen_new=3, causal=True)}
+
+
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("case", DECODE_CASES)
-def test_kvcache_decode_on_each_path_holds_the_rule(monkeypatch, path, case):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", FEW_ROW_CASES)
+def test_kvcache_decode_on_each_path_holds_the_rule(monkeypatch, path, dtype, case):
     if path == "avx2" and not AVX2:
         pytest.skip("this CPU has no AVX2 with FMA")
     monkeypatch.setenv("TILEATTN_CPU_SIMD", path)
-    opts = dict(DEFAULTS, **DECODE_CASES[case])
-    args, slot, first = make_problem(opts, torch.float32, "cpu")
+    monkeypatch.setenv("TILEATTN_CPU_AMX", "off")
+    opts = dict(DEFAULTS, **FEW_ROW_CASES[case])
+    args, slot, first = make_problem(opts, dtype, "cpu")
     out, lse = tileattn.flash_attn_with_kvcache(**args)
-    check_against_reference(opts, torch.float32, args, slot, first, out, lse)
+    check_against_reference(opts, dtype, args, slot, first, out, lse)
 
 
 def test_unknown_value_is_an_error(monkeypatch):
