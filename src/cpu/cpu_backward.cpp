@@ -62,13 +62,6 @@ struct Float32Operands {
         dout_rows(dim > 0 ? kBwdBlockM * rows_ld : 0) {}
 };
 
-// rows x dim floats from src (rows src.ld apart) into dst, rows ld apart.
-void copy_rows(const Matrix& src, int rows, int dim, float* dst, int64_t ld) {
-  for (int r = 0; r < rows; ++r) {
-    std::copy(src.data + r * src.ld, src.data + r * src.ld + dim, dst + r * ld);
-  }
-}
-
 struct BackwardScratch {
   std::vector<float> q, dout, k, v;  // converted tiles (not float32)
   std::vector<float> dk, dv, probs, dprobs, dtanh, lse_log2, delta;
@@ -222,16 +215,18 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
   for (int key_tile = task.chunk * tiles_per_chunk; key_tile < tile_end; ++key_tile) {
     const int col0 = key_tile * kBwdBlockN;
     const int cols = std::min(kBwdBlockN, seq.seqlen_k - col0);
-    const Matrix k_tile = tile_operand(f.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
-    const Matrix v_tile = tile_operand(f.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
+    // The SIMD path reads K's rows from its padded copy (B of dQ += dS K), the others as they come.
     Float32Operands& ops = w.float32_operands;
+    const Matrix k_tile = in.simd != nullptr
+                              ? padded_tile(f.dtype, k, seq, col0, cols, head_k, dim, ops.k_rows.data(), ops.rows_ld)
+                              : tile_operand(f.dtype, k, seq, col0, cols, head_k, dim, w.k.data());
+    const Matrix v_tile = tile_operand(f.dtype, v, seq, col0, cols, head_k, dim, w.v.data());
     if (packed != nullptr) {
       pack_key_tile(k_tile, v_tile, cols, dim, *packed, w);
     } else {
       if (in.simd != nullptr) {
         in.simd->transpose(k_tile.data, k_tile.ld, cols, dim, ops.k_transposed.data(), ops.keys_ld);
         in.simd->transpose(v_tile.data, v_tile.ld, cols, dim, ops.v_transposed.data(), ops.keys_ld);
-        copy_rows(k_tile, cols, dim, ops.k_rows.data(), ops.rows_ld);
       }
       std::fill(w.dk.begin(), w.dk.end(), 0.0f);
       std::fill(w.dv.begin(), w.dv.end(), 0.0f);
@@ -247,14 +242,15 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       const int seen = std::min(cols, span.last + 1 - col0);
 
       const int query_tile = row0 / kBwdBlockM;
-      // The sgemm path's float32 Q and dO rows (the AMX path reads its packed blocks).
-      const Matrix q_tile = packed ? Matrix{} : tile_operand(TILEATTN_FLOAT32, q, seq, row0, rows, task.head, dim, w.q.data());
-      const Matrix dout_tile =
-          packed ? Matrix{} : tile_operand(TILEATTN_FLOAT32, dout, seq, row0, rows, task.head, dim, w.dout.data());
-      if (in.simd != nullptr) {
-        copy_rows(q_tile, rows, dim, ops.q_rows.data(), ops.rows_ld);
-        copy_rows(dout_tile, rows, dim, ops.dout_rows.data(), ops.rows_ld);
-      }
+      // The float32 Q and dO rows: where they lie for sgemm, padded copies for the SIMD products
+      // (which also read them as B of dK and dV); the AMX path reads its packed blocks.
+      auto query_side = [&](const StridedRows& src, float* scratch, float* padded) {
+        if (packed != nullptr) return Matrix{};
+        if (in.simd == nullptr) return tile_operand(TILEATTN_FLOAT32, src, seq, row0, rows, task.head, dim, scratch);
+        return padded_tile(TILEATTN_FLOAT32, src, seq, row0, rows, task.head, dim, padded, ops.rows_ld);
+      };
+      const Matrix q_tile = query_side(q, w.q.data(), ops.q_rows.data());
+      const Matrix dout_tile = query_side(dout, w.dout.data(), ops.dout_rows.data());
       // S = Q K^T and dP = dO V^T on AMX: the packed query-side block times K^T or V^T as pairs.
       auto scores_on_amx = [&](PackedQueryTiles::Block rows_block, const uint16_t* keys_transposed, float* c) {
         amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(seen, amx::kColsPerTile), packed->depth(),
@@ -271,7 +267,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       if (packed != nullptr) {
         scores_on_amx(PackedQueryTiles::kQ, w.k_transposed.data(), w.probs.data());
       } else if (in.simd != nullptr) {
-        in.simd->product(rows, seen, dim, {ops.q_rows.data(), ops.rows_ld, 1}, ops.k_transposed.data(), ops.keys_ld,
+        in.simd->product(rows, seen, dim, {q_tile.data, q_tile.ld, 1}, ops.k_transposed.data(), ops.keys_ld,
                          w.probs.data(), kBwdBlockN, false);
       } else {
         gemm_nt(rows, seen, dim, q_tile, k_tile, 0.0f, w.probs.data(), kBwdBlockN);
@@ -286,8 +282,8 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       if (packed != nullptr) {
         scores_on_amx(PackedQueryTiles::kDout, w.v_transposed.data(), w.dprobs.data());
       } else if (in.simd != nullptr) {
-        in.simd->product(rows, seen, dim, {ops.dout_rows.data(), ops.rows_ld, 1}, ops.v_transposed.data(),
-                         ops.keys_ld, w.dprobs.data(), kBwdBlockN, false);
+        in.simd->product(rows, seen, dim, {dout_tile.data, dout_tile.ld, 1}, ops.v_transposed.data(), ops.keys_ld,
+                         w.dprobs.data(), kBwdBlockN, false);
       } else {
         gemm_nt(rows, seen, dim, dout_tile, v_tile, 0.0f, w.dprobs.data(), kBwdBlockN);
       }
@@ -329,12 +325,11 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
         continue;
       }
       if (in.simd != nullptr) {
-        in.simd->product(seen, dim, rows, {w.probs.data(), 1, kBwdBlockN}, ops.dout_rows.data(), ops.rows_ld,
-                         w.dv.data(), dim, true);
-        in.simd->product(seen, dim, rows, {w.dprobs.data(), 1, kBwdBlockN}, ops.q_rows.data(), ops.rows_ld,
-                         w.dk.data(), dim, true);
-        in.simd->product(rows, dim, seen, {w.dprobs.data(), kBwdBlockN, 1}, ops.k_rows.data(), ops.rows_ld, dq_rows,
+        in.simd->product(seen, dim, rows, {w.probs.data(), 1, kBwdBlockN}, dout_tile.data, dout_tile.ld, w.dv.data(),
                          dim, true);
+        in.simd->product(seen, dim, rows, {w.dprobs.data(), 1, kBwdBlockN}, q_tile.data, q_tile.ld, w.dk.data(), dim,
+                         true);
+        in.simd->product(rows, dim, seen, {w.dprobs.data(), kBwdBlockN, 1}, k_tile.data, k_tile.ld, dq_rows, dim, true);
         continue;
       }
       const Matrix p_tile{w.probs.data(), kBwdBlockN};

@@ -66,11 +66,12 @@ struct Inputs {
   Float32Rows k, v;
   tileattn_dtype kv_dtype = TILEATTN_FLOAT32;
   const Float32KeyTiles* float32_tiles = nullptr;
-  const simd::Kernels* simd = nullptr;  // with float32_tiles, or few_rows
-  // K and V read in place (not paged) by simd's few-row kernels (a KV-cache decode step).
-  bool few_rows = false;
+  const simd::Kernels* simd = nullptr;  // the SIMD products, with float32_tiles or few_rows()
   const PackedKeyTiles* packed = nullptr;
   bool cache_tiles = false;
+
+  // Whether simd's few-row kernels read K and V in place, not paged (a KV-cache decode step).
+  bool few_rows() const { return simd != nullptr && float32_tiles == nullptr; }
 
   // Whether K and V come in blocks of kFwdBlockN keys made once a call, so a sweep starts at a
   // block's first key.
@@ -108,7 +109,7 @@ void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& 
                      false);
     return;
   }
-  if (in.few_rows) {
+  if (in.few_rows()) {
     in.simd->few_rows_scores(rows, cols, dim, q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld,
                              row_in_place(in.kv_dtype, in.k.rows, seq, col0, head_k), in.kv_dtype,
                              in.k.rows.row_stride, scores, kFwdBlockN);
@@ -237,7 +238,7 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
       const Float32KeyTiles& keys = *in.float32_tiles;
       in.simd->product(hi - lo, dim, cols, {w.scores.data() + lo_scores, kFwdBlockN, 1},
                        keys.v_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.v_ld(), out_rows, w.out_ld, true);
-    } else if (in.few_rows) {
+    } else if (in.few_rows()) {
       in.simd->few_rows_accumulate(hi - lo, cols, dim, w.scores.data() + lo_scores, kFwdBlockN,
                                    row_in_place(in.kv_dtype, in.v.rows, seq, col0, head_k), in.kv_dtype,
                                    in.v.rows.row_stride, out_rows, w.out_ld);
@@ -301,10 +302,7 @@ void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, cons
             {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true, pages}}};
   in.kv_dtype = kv_dtype;
   in.cache_tiles = products == KvProducts::kAmxInPlace;
-  if (products == KvProducts::kSimdFewRows) {
-    in.simd = simd::kernels();
-    in.few_rows = true;
-  }
+  if (products == KvProducts::kSimdFewRows) in.simd = simd::kernels();
   if (products == KvProducts::kAmxPacked) {
     const PackedKeyTiles packed(p, kv_dtype, in.k.rows, in.v.rows);
     in.packed = &packed;

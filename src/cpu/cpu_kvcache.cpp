@@ -278,15 +278,16 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   // between them (1 x 32k, 32/8 heads, d128, fp32: 10.9 -> 21.3 GB/s).  Where one head's rows are
   // one stream (8 x 8k, 4/1 heads, d64: 0.85-0.98x) sgemm stays.
   KvProducts products = KvProducts::kSgemm;
+  const bool on_simd = simd::kernels() != nullptr;
   if (f.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
     if (rows_per_seq >= kPackedMinQueryRows) {
       products = KvProducts::kAmxPacked;
     } else if (keys.dtype == TILEATTN_BFLOAT16 && D % amx::kDepthPerStep == 0 && rows_per_seq <= amx::kCacheTileMaxRows) {
       products = KvProducts::kAmxInPlace;
     }
-  } else if (simd::kernels() != nullptr && rows_per_seq >= kPackedMinQueryRows) {
+  } else if (on_simd && rows_per_seq >= kPackedMinQueryRows) {
     products = KvProducts::kSimdTiles;
-  } else if (simd::kernels() != nullptr && !keys.paged && keys.k_row_stride > 2 * static_cast<int64_t>(D)) {
+  } else if (on_simd && !keys.paged && keys.k_row_stride > 2 * static_cast<int64_t>(D)) {
     products = KvProducts::kSimdFewRows;
   }
   forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, products);

@@ -33,15 +33,10 @@ Float32KeyTiles::Float32KeyTiles(const ForwardParams& p, tileattn_dtype kv_dtype
         for (int d = 0; d < dim; ++d) std::fill(kt + d * kt_ld_ + kFwdBlockN, kt + (d + 1) * kt_ld_, 0.0f);
 
         float* vb = v_.data() + block(b, h, tile) * v_size();
-        load_tile(kv_dtype, v, seq, row0, keys, h, dim, key_rows.data());
+        load_tile(kv_dtype, v, seq, row0, keys, h, dim, vb, v_ld_);
         for (int key = 0; key < kFwdBlockN; ++key) {
           float* row = vb + key * v_ld_;
-          if (key < keys) {
-            std::copy(key_rows.data() + static_cast<int64_t>(key) * dim, key_rows.data() + static_cast<int64_t>(key + 1) * dim, row);
-          } else {
-            std::fill(row, row + dim, 0.0f);
-          }
-          std::fill(row + dim, row + v_ld_, 0.0f);
+          std::fill(row + (key < keys ? dim : 0), row + v_ld_, 0.0f);
         }
       });
 }

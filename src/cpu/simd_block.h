@@ -15,7 +15,12 @@
 #include "cpu/convert.h"
 #include "cpu/simd_product.h"
 
+// Everything here has internal linkage (an unnamed namespace): each instruction set's file compiles
+// its own copy for its target, and no inline function of one may stand in for the other's at link
+// time.  Headers with inline code these use (convert.h, the standard library) are included before
+// the `#pragma GCC target` by the including files, so they keep the library's baseline target.
 namespace tileattn::cpu::simd::block_code {
+namespace {
 
 // C rows [0, R) x columns [0, kLanes NV) of one block, the last vector's lanes limited to `tail`
 // unless kWhole (then whole vectors: with a mask GCC reloaded the AVX-512 mask register from the
@@ -135,36 +140,34 @@ constexpr int kRowsAhead = 8;
 // A K or V row's elements as float vectors: float32 read as is, bf16 and fp16 widened as loaded
 // (so a 16-bit cache is read in place, with no float32 copy of its tiles).  A row's last vector,
 // where the row ends inside it, is read through a float copy of its elements.
+//
+// The 16-bit element types: their bits, one value's float and kLanes of them widened.
+struct Bf16 {
+  uint16_t bits;
+  static float value(uint16_t x) { return bf16_to_float(x); }
+  template <class Isa>
+  static typename Isa::Vec widen(const uint16_t* p) { return Isa::widen_bf16(p); }
+};
+struct Fp16 {
+  uint16_t bits;
+  static float value(uint16_t x) { return fp16_to_float(x); }
+  template <class Isa>
+  static typename Isa::Vec widen(const uint16_t* p) { return Isa::widen_fp16(p); }
+};
 template <class Isa, class T>
-struct RowElements;
+struct RowElements {
+  static_assert(sizeof(T) == 2, "float32 has its own specialization; the rest are 16-bit");
+  static typename Isa::Vec load(const T* p) { return T::template widen<Isa>(&p->bits); }
+  static typename Isa::Vec load_tail(const T* p, int count, typename Isa::Mask lanes) {
+    float values[Isa::kLanes];
+    for (int i = 0; i < count; ++i) values[i] = T::value(p[i].bits);
+    return Isa::load_masked(values, lanes);
+  }
+};
 template <class Isa>
 struct RowElements<Isa, float> {
   static typename Isa::Vec load(const float* p) { return Isa::load(p); }
   static typename Isa::Vec load_tail(const float* p, int, typename Isa::Mask lanes) { return Isa::load_masked(p, lanes); }
-};
-struct Bf16 {
-  uint16_t bits;
-};
-struct Fp16 {
-  uint16_t bits;
-};
-template <class Isa>
-struct RowElements<Isa, Bf16> {
-  static typename Isa::Vec load(const Bf16* p) { return Isa::widen_bf16(reinterpret_cast<const uint16_t*>(p)); }
-  static typename Isa::Vec load_tail(const Bf16* p, int count, typename Isa::Mask lanes) {
-    float values[Isa::kLanes];
-    for (int i = 0; i < count; ++i) values[i] = bf16_to_float(p[i].bits);
-    return Isa::load_masked(values, lanes);
-  }
-};
-template <class Isa>
-struct RowElements<Isa, Fp16> {
-  static typename Isa::Vec load(const Fp16* p) { return Isa::widen_fp16(reinterpret_cast<const uint16_t*>(p)); }
-  static typename Isa::Vec load_tail(const Fp16* p, int count, typename Isa::Mask lanes) {
-    float values[Isa::kLanes];
-    for (int i = 0; i < count; ++i) values[i] = fp16_to_float(p[i].bits);
-    return Isa::load_masked(values, lanes);
-  }
 };
 
 template <class T>
@@ -331,4 +334,5 @@ void few_rows_accumulate(int rows, int cols, int dim, const float* p, int64_t ld
   }
 }
 
+}  // namespace
 }  // namespace tileattn::cpu::simd::block_code

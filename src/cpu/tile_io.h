@@ -50,9 +50,11 @@ struct StridedRows {
 // slower (docs/perf-log.md, session 49).
 constexpr int kPrefetchRowsAhead = 4;
 
-// dst (rows x dim, leading dim dim) <- rows row0 .. row0 + rows - 1 of one head, as float32.
+// dst (rows x dim, rows dst_ld apart; dim when 0) <- rows row0 .. row0 + rows - 1 of one head, as
+// float32.
 inline void load_tile(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s, int row0,
-                      int rows, int head, int dim, float* dst) {
+                      int rows, int head, int dim, float* dst, int64_t dst_ld = 0) {
+  if (dst_ld == 0) dst_ld = dim;
   const int64_t element = dtype == TILEATTN_FLOAT32 ? 4 : 2;
   const char* base = static_cast<const char*>(src.data);
   for (int r = 0; r < rows; ++r) {
@@ -60,8 +62,15 @@ inline void load_tile(tileattn_dtype dtype, const StridedRows& src, const Sequen
       const char* ahead = base + src.offset(s, row0 + r + kPrefetchRowsAhead, head) * element;
       for (int64_t byte = 0; byte < dim * element; byte += 64) __builtin_prefetch(ahead + byte);
     }
-    load_row(dtype, src.data, src.offset(s, row0 + r, head), dim, dst + static_cast<int64_t>(r) * dim);
+    load_row(dtype, src.data, src.offset(s, row0 + r, head), dim, dst + r * dst_ld);
   }
+}
+
+// The same rows converted into `dst` with rows `ld` apart (the SIMD products' padded B rows).
+inline Matrix padded_tile(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s, int row0, int rows,
+                          int head, int dim, float* dst, int64_t ld) {
+  load_tile(dtype, src, s, row0, rows, head, dim, dst, ld);
+  return Matrix{dst, ld};
 }
 
 // Row `row` of one head where it lies (not paged), for kernels that take rows of any stride and
