@@ -1,6 +1,8 @@
 """CPU decode benchmark: flash_attn_with_kvcache on the CPU backend next to PyTorch's CPU
 scaled_dot_product_attention over the same cache (its query heads repeated over the KV heads, as
-an application without a decode kernel would call it), measured in the same run.
+an application without a decode kernel would call it), measured in the same run, and the same step
+as flash_attn_func over the whole cache (column flash_attn_func: a model that passes its K/V whole,
+as Hugging Face's flash-attention path does).
 
 One query token per sequence, contiguous caches (float32, or --dtype bf16) filled to the end.  Reports milliseconds a
 call and GB/s of K and V read (batch x length x KV heads x d x 4 bytes x 2).  Writes a CSV under
@@ -72,7 +74,7 @@ def main():
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     rows = []
     print(f"# {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {args.dtype}")
-    impls = ["tileattn", "sdpa"] + (["kvcache-paged", "varlen-paged", "varlen-gather"] if args.paged_varlen else [])
+    impls = ["tileattn", "flash_attn_func", "sdpa"] + (["kvcache-paged", "varlen-paged", "varlen-gather"] if args.paged_varlen else [])
     print(f"{'shape':>20} | " + " | ".join(f"{name + ' ms':>18} {'GB/s':>7}" for name in impls))
     for text in args.shapes:
         batch, length, heads, heads_k, dim = parse_shape(text)
@@ -91,7 +93,10 @@ def main():
             v = v_cache.transpose(1, 2).repeat_interleave(group, dim=1)
             F.scaled_dot_product_attention(q.transpose(1, 2), k, v)
 
-        calls = {"tileattn": ours, "sdpa": sdpa}
+        def whole():
+            tileattn.flash_attn_func(q, k_cache, v_cache, causal=True)
+
+        calls = {"tileattn": ours, "flash_attn_func": whole, "sdpa": sdpa}
         if args.paged_varlen:
             calls.update(paged_varlen_calls(q, k_cache, v_cache, args.paged_varlen))
         times = interleaved_medians(calls, args.repeats)

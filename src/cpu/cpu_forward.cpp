@@ -4,6 +4,7 @@
 // tiles (sgemm where the CPU has neither), or for bfloat16 on a CPU with AMX on its bf16 tiles (P
 // rounded to bf16 for P V, as the GPU kernels do).
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "cpu/float32_copy.h"
 #include "cpu/float32_key_tiles.h"
 #include "cpu/gemm.h"
+#include "cpu/one_query_row.h"
 #include "cpu/online_softmax.h"
 #include "cpu/packed_key_tiles.h"
 #include "cpu/parallel.h"
@@ -38,6 +40,8 @@ struct ForwardScratch {
   int out_ld;                                  // out's row length: D rounded up to AMX's 16 columns
   ScratchArray<uint16_t> q_packed, p_packed;  // the AMX path's A operands (bf16)
   std::unique_ptr<amx::CacheTileScratch> cache;  // the AMX path on a bf16 cache in place
+  // The few-row kernels' K or V row addresses: a tile's and the next tile's first rows.
+  std::array<const void*, kFwdBlockN + simd::kFewRowsAhead> row_at;
 
   // key_tiles: K and V are read from blocks made once a call (packed or float32_tiles), not tiles.
   ForwardScratch(int dim, const PackedKeyTiles* packed, bool cache_tiles, bool key_tiles)
@@ -70,7 +74,8 @@ struct Inputs {
   const PackedKeyTiles* packed = nullptr;
   bool cache_tiles = false;
 
-  // Whether simd's few-row kernels read K and V in place, not paged (a KV-cache decode step).
+  // Whether simd's few-row kernels read K and V in place, contiguous or paged (a KV-cache decode
+  // step).
   bool few_rows() const { return simd != nullptr && float32_tiles == nullptr; }
 
   // Whether K and V come in blocks of kFwdBlockN keys made once a call, so a sweep starts at a
@@ -88,7 +93,7 @@ StridedRows rows_of(const void* data, int64_t b, int64_t r, int64_t h, bool key_
 // row_lo 0); on AVX-512 or AVX2 from Q in place and the K^T block (col0 a multiple of kFwdBlockN); else by
 // sgemm.  On AMX row_lo is a multiple of its 16-row tiles.
 void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& tile, int head_k, int row_lo,
-                    int rows, int col0, int cols, int dim, const Matrix& q_tile, ForwardScratch& w) {
+                    int rows, int col0, int cols, int listed, int dim, const Matrix& q_tile, ForwardScratch& w) {
   float* scores = w.scores.data() + static_cast<int64_t>(row_lo) * kFwdBlockN;
   if (in.packed != nullptr) {
     const int depth = in.packed->depth();
@@ -110,9 +115,9 @@ void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& 
     return;
   }
   if (in.few_rows()) {
-    in.simd->few_rows_scores(rows, cols, dim, q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld, q_tile.ld,
-                             row_in_place(in.kv_dtype, in.k.rows, seq, col0, head_k), in.kv_dtype,
-                             in.k.rows.row_stride, scores, kFwdBlockN);
+    row_addresses(in.kv_dtype, in.k.rows, seq, col0, listed, head_k, w.row_at.data());
+    in.simd->few_rows_scores(rows, cols, listed, dim, q_tile.data + static_cast<int64_t>(row_lo) * q_tile.ld,
+                             q_tile.ld, w.row_at.data(), in.kv_dtype, scores, kFwdBlockN);
     return;
   }
   const Matrix k_tile = tile_operand(in.kv_dtype, in.k.rows, seq, col0, cols, head_k, dim, w.k.data());
@@ -135,7 +140,7 @@ void write_probs(const ForwardParams& p, const Inputs& in, const ScoreRule& rule
                  const SequenceView& seq, int head_k, ForwardScratch& w) {
   for (int col0 = first_column(in, span); span.first <= span.last && col0 <= span.last; col0 += kFwdBlockN) {
     const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
-    score_products(in, seq, tile, head_k, 0, rows, col0, cols, p.head_dim, q_tile, w);
+    score_products(in, seq, tile, head_k, 0, rows, col0, cols, cols, p.head_dim, q_tile, w);
     finish_scores(rule, w.scores.data(), kFwdBlockN, tile.row0, rows, col0, cols, true, nullptr);
     for (int r = 0; r < rows; ++r) {
       float* prob = w.scores.data() + r * kFwdBlockN;
@@ -190,8 +195,11 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
     const int hi = std::min(rows, amx::round_up(seeing.hi, amx::kRowsPerTile));
     const int64_t lo_scores = static_cast<int64_t>(lo) * kFwdBlockN;
 
-    // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.
-    score_products(in, seq, tile, head_k, lo, hi - lo, col0, cols, dim, q_tile, w);
+    // S = Q K^T, then t = log2(e) * score, masked only on tiles that cross a mask edge.  The
+    // few-row kernels also request the next tile's first visible rows: a tile's first 8 rows had
+    // arrived unrequested, a memory latency each, ~6% of a 128-key tile's rows.
+    const int listed = std::min(cols + simd::kFewRowsAhead, span.last + 1 - col0);
+    score_products(in, seq, tile, head_k, lo, hi - lo, col0, cols, listed, dim, q_tile, w);
     const bool clean = tile_is_clean(span, col0, cols);
     // Where t is just the product times a positive scale (no mask, softcap or ALiBi), the scale
     // is folded into the row max and the exp2 pass instead of a pass of its own over the tile:
@@ -239,9 +247,9 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
       in.simd->product(hi - lo, dim, cols, {w.scores.data() + lo_scores, kFwdBlockN, 1},
                        keys.v_block(tile.batch_index, head_k, col0 / kFwdBlockN), keys.v_ld(), out_rows, w.out_ld, true);
     } else if (in.few_rows()) {
-      in.simd->few_rows_accumulate(hi - lo, cols, dim, w.scores.data() + lo_scores, kFwdBlockN,
-                                   row_in_place(in.kv_dtype, in.v.rows, seq, col0, head_k), in.kv_dtype,
-                                   in.v.rows.row_stride, out_rows, w.out_ld);
+      row_addresses(in.kv_dtype, in.v.rows, seq, col0, listed, head_k, w.row_at.data());
+      in.simd->few_rows_accumulate(hi - lo, cols, listed, dim, w.scores.data() + lo_scores, kFwdBlockN,
+                                   w.row_at.data(), in.kv_dtype, out_rows, w.out_ld);
     } else {
       const Matrix v_tile = tile_operand(in.kv_dtype, in.v.rows, seq, col0, cols, head_k, dim, w.v.data());
       gemm_nn(hi - lo, dim, cols, Matrix{w.scores.data() + lo_scores, kFwdBlockN}, v_tile, 1.0f, out_rows, w.out_ld);
@@ -319,10 +327,50 @@ void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, cons
   run_tiles(p, in);
 }
 
+// Query rows a sequence needs before K and V are laid out once (AMX's packed tiles or the SIMD
+// products' float32 blocks, a pass over all of them) instead of read tile by tile where they lie:
+// from a tile's worth of rows (a chunk of prefill) the products are compute-bound enough to repay it.
+constexpr int kPackedMinQueryRows = 64;
+
+// A decode step's query rows a sequence up to which the SIMD few-row kernels beat AMX's tiles on a
+// bf16 cache in place: AMX pads a KV group's rows to a 16-row tile, and its per-tile work did not
+// pay below 5 rows.  flash_attn_func, d128, one query row, against AMX (Emerald Rapids, 2 threads):
+// groups of 1 1.5-2.0x, 2 1.15x, 4 1.07x, 8 0.70x, 16 0.45x.
+constexpr int kFewRowsMaxOverAmx = 4;
+
+// bf16 products on AMX: with K/V packed once for a chunk of prefill; a decode step's rows read a bf16
+// cache in place (packing would add a pass over the whole cache), where its head dim allows, unless
+// they are few enough for the few-row kernels below.  Other calls take the SIMD float32 kernels: with
+// as many rows on K^T and V laid out once; with fewer (a decode step) on keys of several KV heads,
+// contiguous or paged, the few-row kernels, which read a head's rows in place (bf16/fp16 widened as
+// loaded), requested rows ahead across the gaps between them and across pages (1 x 32k, 32/8 heads,
+// d128, fp32: 10.9 -> 21.3 GB/s contiguous).  Where one head's rows are one stream (8 x 8k, 4/1
+// heads, d64: 0.85-0.98x) sgemm stays.
+KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype, int rows_per_seq, int dim,
+                              int64_t k_row_stride) {
+  const bool few_rows = simd::kernels() != nullptr && rows_per_seq < kPackedMinQueryRows &&
+                        k_row_stride > 2 * static_cast<int64_t>(dim);
+  if (call_dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
+    if (rows_per_seq >= kPackedMinQueryRows) return KvProducts::kAmxPacked;
+    if (few_rows && rows_per_seq <= kFewRowsMaxOverAmx) return KvProducts::kSimdFewRows;
+    if (kv_dtype == TILEATTN_BFLOAT16 && dim % amx::kDepthPerStep == 0 && rows_per_seq <= amx::kCacheTileMaxRows) {
+      return KvProducts::kAmxInPlace;
+    }
+    return few_rows ? KvProducts::kSimdFewRows : KvProducts::kSgemm;
+  }
+  if (few_rows) return KvProducts::kSimdFewRows;
+  return simd::kernels() != nullptr && rows_per_seq >= kPackedMinQueryRows ? KvProducts::kSimdTiles
+                                                                             : KvProducts::kSgemm;
+}
+
 }  // namespace cpu
 
 void cpu_forward(const ForwardParams& p) {
   using namespace cpu;
+  if (one_query_row_applies(p)) {
+    forward_one_query_row(p);
+    return;
+  }
   if (p.attn_probs != nullptr) clear_probs(p);
   // bf16 products on AMX where the CPU has it.
   if (p.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {

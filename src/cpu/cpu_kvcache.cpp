@@ -12,13 +12,10 @@
 
 #include "api/backends.h"
 #include "common/kvcache.h"
-#include "cpu/amx_bf16.h"
-#include "cpu/amx_cache_tiles.h"
 #include "cpu/forward_kv_tiles.h"
 #include "cpu/kvcache_packed_q.h"
 #include "cpu/parallel.h"
 #include "cpu/score_tile.h"  // kFwdBlockM
-#include "cpu/simd_product.h"
 #include "cpu/tile_io.h"
 
 namespace tileattn {
@@ -41,10 +38,6 @@ void rotate(const KvCacheParams& p, int64_t position, float* x, std::vector<floa
     x[b] = x0 * sin + x1 * cos;
   }
 }
-
-// Query rows a sequence needs before the KV-cache forward lays K and V out once (AMX's packed tiles
-// or the SIMD products' float32 blocks) instead of converting them tile by tile (see its use).
-constexpr int kPackedMinQueryRows = 64;
 
 struct RowScratch {
   std::vector<float> row, table;
@@ -269,27 +262,7 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = keys.cu_k.data();
   g.seqused_k = keys.used_k.empty() ? nullptr : keys.used_k.data();
   g.total_q = total_q, g.total_k = keys.total_k;
-  // bf16 products on AMX: with K/V packed once where each query tile has rows enough to be
-  // compute-bound (a chunk of prefill); a decode step's few rows read a bf16 cache in place (packing
-  // would add a pass over the whole cache), where its head dim allows, and stay on sgemm elsewhere.
-  // Other calls take the SIMD float32 kernels: with as many rows on K^T and V laid out once; with
-  // fewer (a decode step) on a contiguous cache of several KV heads the few-row kernels, which read
-  // a head's rows in place (bf16/fp16 widened as loaded), requested rows ahead across the gaps
-  // between them (1 x 32k, 32/8 heads, d128, fp32: 10.9 -> 21.3 GB/s).  Where one head's rows are
-  // one stream (8 x 8k, 4/1 heads, d64: 0.85-0.98x) sgemm stays.
-  KvProducts products = KvProducts::kSgemm;
-  const bool on_simd = simd::kernels() != nullptr;
-  if (f.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
-    if (rows_per_seq >= kPackedMinQueryRows) {
-      products = KvProducts::kAmxPacked;
-    } else if (keys.dtype == TILEATTN_BFLOAT16 && D % amx::kDepthPerStep == 0 && rows_per_seq <= amx::kCacheTileMaxRows) {
-      products = KvProducts::kAmxInPlace;
-    }
-  } else if (on_simd && rows_per_seq >= kPackedMinQueryRows) {
-    products = KvProducts::kSimdTiles;
-  } else if (on_simd && !keys.paged && keys.k_row_stride > 2 * static_cast<int64_t>(D)) {
-    products = KvProducts::kSimdFewRows;
-  }
+  const KvProducts products = choose_kv_products(f.dtype, keys.dtype, rows_per_seq, D, keys.k_row_stride);
   forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, products);
 
   for (int b = 0; b < B; ++b) {

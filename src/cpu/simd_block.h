@@ -131,12 +131,6 @@ void transpose(const float* src, int64_t src_ld, int rows, int cols, float* dst,
   }
 }
 
-// How many rows ahead the few-row kernels request K and V rows (prefetch into L1).  A decode
-// step's rows lie H_k x D elements apart in the cache (4 KB at 8 x 128 floats), each in another 4 KB
-// page, where the hardware prefetchers stop: one core read a 32k fp32 cache at 5.6-6.6 GB/s without,
-// 10-11 with 8 rows ahead (4 and 16 between).
-constexpr int kRowsAhead = 8;
-
 // A K or V row's elements as float vectors: float32 read as is, bf16 and fp16 widened as loaded
 // (so a 16-bit cache is read in place, with no float32 copy of its tiles).  A row's last vector,
 // where the row ends inside it, is read through a float copy of its elements.
@@ -181,7 +175,7 @@ void prefetch_row(const T* row, int dim) {
 // into vectors with R of their lanes busy).  R is a template argument so that the R sums stay in
 // registers (with a run-time count GCC kept them on the stack).
 template <class Isa, class T, int R>
-void few_rows_scores_block(int cols, int dim, const float* q, int64_t ldq, const T* k, int64_t ldk, float* s,
+void few_rows_scores_block(int cols, int listed, int dim, const float* q, int64_t ldq, const void* const* k, float* s,
                            int64_t lds) {
   using Vec = typename Isa::Vec;
   using Row = RowElements<Isa, T>;
@@ -189,8 +183,8 @@ void few_rows_scores_block(int cols, int dim, const float* q, int64_t ldq, const
   const int tail_count = dim - (vectors - 1) * Isa::kLanes;
   const typename Isa::Mask tail = Isa::mask(tail_count);
   for (int c = 0; c < cols; ++c) {
-    const T* key = k + c * ldk;
-    if (c + kRowsAhead < cols) prefetch_row(key + kRowsAhead * ldk, dim);
+    const T* key = static_cast<const T*>(k[c]);
+    if (c + kFewRowsAhead < listed) prefetch_row(static_cast<const T*>(k[c + kFewRowsAhead]), dim);
     Vec acc[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r] = Isa::zero();
@@ -211,16 +205,16 @@ void few_rows_scores_block(int cols, int dim, const float* q, int64_t ldq, const
 
 // S (rows x cols, ld lds) = Q K^T for a few query rows, 4 at a time.
 template <class Isa, class T>
-void few_rows_scores_of(int rows, int cols, int dim, const float* q, int64_t ldq, const T* k, int64_t ldk, float* s,
-                        int64_t lds) {
+void few_rows_scores_of(int rows, int cols, int listed, int dim, const float* q, int64_t ldq, const void* const* k,
+                        float* s, int64_t lds) {
   for (int r0 = 0; r0 < rows; r0 += 4) {
     const float* qr = q + r0 * ldq;
     float* sr = s + r0 * lds;
     switch (std::min(4, rows - r0)) {
-      case 1: few_rows_scores_block<Isa, T, 1>(cols, dim, qr, ldq, k, ldk, sr, lds); break;
-      case 2: few_rows_scores_block<Isa, T, 2>(cols, dim, qr, ldq, k, ldk, sr, lds); break;
-      case 3: few_rows_scores_block<Isa, T, 3>(cols, dim, qr, ldq, k, ldk, sr, lds); break;
-      default: few_rows_scores_block<Isa, T, 4>(cols, dim, qr, ldq, k, ldk, sr, lds); break;
+      case 1: few_rows_scores_block<Isa, T, 1>(cols, listed, dim, qr, ldq, k, sr, lds); break;
+      case 2: few_rows_scores_block<Isa, T, 2>(cols, listed, dim, qr, ldq, k, sr, lds); break;
+      case 3: few_rows_scores_block<Isa, T, 3>(cols, listed, dim, qr, ldq, k, sr, lds); break;
+      default: few_rows_scores_block<Isa, T, 4>(cols, listed, dim, qr, ldq, k, sr, lds); break;
     }
   }
 }
@@ -228,8 +222,8 @@ void few_rows_scores_of(int rows, int cols, int dim, const float* q, int64_t ldq
 // O rows [0, R) x columns [d0, d0 + NV kLanes) (ld ldo) += P V: V's rows read as vectors, the R P
 // rows broadcast against each, the R x NV sums in registers (template arguments, as above).
 template <class Isa, class T, int R, int NV>
-void few_rows_accumulate_block(int cols, int dim, int d0, int tail_count, const float* p, int64_t ldp, const T* v,
-                               int64_t ldv, float* o, int64_t ldo) {
+void few_rows_accumulate_block(int cols, int listed, int dim, int d0, int tail_count, const float* p, int64_t ldp,
+                               const void* const* v, float* o, int64_t ldo) {
   using Vec = typename Isa::Vec;
   using Row = RowElements<Isa, T>;
   const typename Isa::Mask tail = Isa::mask(tail_count);
@@ -244,8 +238,8 @@ void few_rows_accumulate_block(int cols, int dim, int d0, int tail_count, const 
     }
   }
   for (int c = 0; c < cols; ++c) {
-    const T* value = v + c * ldv + d0;
-    if (d0 == 0 && c + kRowsAhead < cols) prefetch_row(v + (c + kRowsAhead) * ldv, dim);
+    const T* value = static_cast<const T*>(v[c]) + d0;
+    if (d0 == 0 && c + kFewRowsAhead < listed) prefetch_row(static_cast<const T*>(v[c + kFewRowsAhead]), dim);
     Vec vv[NV];
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) {
@@ -274,63 +268,57 @@ void few_rows_accumulate_block(int cols, int dim, int d0, int tail_count, const 
 }
 
 template <class Isa, class T, int R>
-void few_rows_accumulate_rows(int cols, int dim, const float* p, int64_t ldp, const T* v, int64_t ldv, float* o,
-                              int64_t ldo) {
+void few_rows_accumulate_rows(int cols, int listed, int dim, const float* p, int64_t ldp, const void* const* v,
+                              float* o, int64_t ldo) {
   constexpr int kPanel = Isa::kVectors * Isa::kLanes;
   for (int d0 = 0; d0 < dim; d0 += kPanel) {
     const int width = std::min(kPanel, dim - d0);
     const int vectors = (width + Isa::kLanes - 1) / Isa::kLanes;
     const int tail_count = width - (vectors - 1) * Isa::kLanes;
     switch (vectors) {
-      case 1: few_rows_accumulate_block<Isa, T, R, 1>(cols, dim, d0, tail_count, p, ldp, v, ldv, o, ldo); break;
-      case 2: few_rows_accumulate_block<Isa, T, R, 2>(cols, dim, d0, tail_count, p, ldp, v, ldv, o, ldo); break;
-      case 3: few_rows_accumulate_block<Isa, T, R, 3>(cols, dim, d0, tail_count, p, ldp, v, ldv, o, ldo); break;
-      default: few_rows_accumulate_block<Isa, T, R, 4>(cols, dim, d0, tail_count, p, ldp, v, ldv, o, ldo); break;
+      case 1: few_rows_accumulate_block<Isa, T, R, 1>(cols, listed, dim, d0, tail_count, p, ldp, v, o, ldo); break;
+      case 2: few_rows_accumulate_block<Isa, T, R, 2>(cols, listed, dim, d0, tail_count, p, ldp, v, o, ldo); break;
+      case 3: few_rows_accumulate_block<Isa, T, R, 3>(cols, listed, dim, d0, tail_count, p, ldp, v, o, ldo); break;
+      default: few_rows_accumulate_block<Isa, T, R, 4>(cols, listed, dim, d0, tail_count, p, ldp, v, o, ldo); break;
     }
   }
 }
 
 // O (rows x dim, ld ldo) += P V for a few rows, 4 at a time, a panel of kVectors vectors at a time.
 template <class Isa, class T>
-void few_rows_accumulate_of(int rows, int cols, int dim, const float* p, int64_t ldp, const T* v, int64_t ldv, float* o,
-                            int64_t ldo) {
+void few_rows_accumulate_of(int rows, int cols, int listed, int dim, const float* p, int64_t ldp, const void* const* v,
+                            float* o, int64_t ldo) {
   static_assert(Isa::kVectors <= 4, "panels of at most 4 vectors");
   for (int r0 = 0; r0 < rows; r0 += 4) {
     const float* pr = p + r0 * ldp;
     float* orow = o + r0 * ldo;
     switch (std::min(4, rows - r0)) {
-      case 1: few_rows_accumulate_rows<Isa, T, 1>(cols, dim, pr, ldp, v, ldv, orow, ldo); break;
-      case 2: few_rows_accumulate_rows<Isa, T, 2>(cols, dim, pr, ldp, v, ldv, orow, ldo); break;
-      case 3: few_rows_accumulate_rows<Isa, T, 3>(cols, dim, pr, ldp, v, ldv, orow, ldo); break;
-      default: few_rows_accumulate_rows<Isa, T, 4>(cols, dim, pr, ldp, v, ldv, orow, ldo); break;
+      case 1: few_rows_accumulate_rows<Isa, T, 1>(cols, listed, dim, pr, ldp, v, orow, ldo); break;
+      case 2: few_rows_accumulate_rows<Isa, T, 2>(cols, listed, dim, pr, ldp, v, orow, ldo); break;
+      case 3: few_rows_accumulate_rows<Isa, T, 3>(cols, listed, dim, pr, ldp, v, orow, ldo); break;
+      default: few_rows_accumulate_rows<Isa, T, 4>(cols, listed, dim, pr, ldp, v, orow, ldo); break;
     }
   }
 }
 
-// The kernels' entry points: K and V rows of any of the three element types.
+// The kernels' entry points: K and V rows of any of the three element types, each at its address.
 template <class Isa>
-void few_rows_scores(int rows, int cols, int dim, const float* q, int64_t ldq, const void* k, tileattn_dtype dtype,
-                     int64_t ldk, float* s, int64_t lds) {
+void few_rows_scores(int rows, int cols, int listed, int dim, const float* q, int64_t ldq, const void* const* k,
+                     tileattn_dtype dtype, float* s, int64_t lds) {
   switch (dtype) {
-    case TILEATTN_BFLOAT16:
-      return few_rows_scores_of<Isa>(rows, cols, dim, q, ldq, static_cast<const Bf16*>(k), ldk, s, lds);
-    case TILEATTN_FLOAT16:
-      return few_rows_scores_of<Isa>(rows, cols, dim, q, ldq, static_cast<const Fp16*>(k), ldk, s, lds);
-    default:
-      return few_rows_scores_of<Isa>(rows, cols, dim, q, ldq, static_cast<const float*>(k), ldk, s, lds);
+    case TILEATTN_BFLOAT16: return few_rows_scores_of<Isa, Bf16>(rows, cols, listed, dim, q, ldq, k, s, lds);
+    case TILEATTN_FLOAT16: return few_rows_scores_of<Isa, Fp16>(rows, cols, listed, dim, q, ldq, k, s, lds);
+    default: return few_rows_scores_of<Isa, float>(rows, cols, listed, dim, q, ldq, k, s, lds);
   }
 }
 
 template <class Isa>
-void few_rows_accumulate(int rows, int cols, int dim, const float* p, int64_t ldp, const void* v, tileattn_dtype dtype,
-                         int64_t ldv, float* o, int64_t ldo) {
+void few_rows_accumulate(int rows, int cols, int listed, int dim, const float* p, int64_t ldp, const void* const* v,
+                         tileattn_dtype dtype, float* o, int64_t ldo) {
   switch (dtype) {
-    case TILEATTN_BFLOAT16:
-      return few_rows_accumulate_of<Isa>(rows, cols, dim, p, ldp, static_cast<const Bf16*>(v), ldv, o, ldo);
-    case TILEATTN_FLOAT16:
-      return few_rows_accumulate_of<Isa>(rows, cols, dim, p, ldp, static_cast<const Fp16*>(v), ldv, o, ldo);
-    default:
-      return few_rows_accumulate_of<Isa>(rows, cols, dim, p, ldp, static_cast<const float*>(v), ldv, o, ldo);
+    case TILEATTN_BFLOAT16: return few_rows_accumulate_of<Isa, Bf16>(rows, cols, listed, dim, p, ldp, v, o, ldo);
+    case TILEATTN_FLOAT16: return few_rows_accumulate_of<Isa, Fp16>(rows, cols, listed, dim, p, ldp, v, o, ldo);
+    default: return few_rows_accumulate_of<Isa, float>(rows, cols, listed, dim, p, ldp, v, o, ldo);
   }
 }
 

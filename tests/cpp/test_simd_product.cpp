@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -126,9 +128,11 @@ TEST_P(SimdProduct, TransposeOfRowsTooFarApartForGathers) {
 
 // The few-row kernels of a decode step: S = Q K^T and O += P V for 1-9 query rows (a partial chunk
 // of 4), head dims with a partial vector, K and V rows of float32, bf16 and fp16 far apart (a cache's
-// head stride) so that the row-ahead requests reach past the rows used, and S's and O's entries
-// past their rows and columns left as they were.
+// head stride) and in shuffled order (pages), each reached through its address, rows listed past
+// the last column requested but not used, and S's and O's entries past their rows and columns left
+// as they were.
 TEST_P(SimdProduct, FewRowKernelsMatchFloat64Sums) {
+  constexpr int kListedPast = simd::kFewRowsAhead;
   const simd::Kernels* simd = kernels();
   if (simd == nullptr) GTEST_SKIP() << "this CPU lacks " << GetParam();
   std::mt19937 rng(5);
@@ -140,9 +144,13 @@ TEST_P(SimdProduct, FewRowKernelsMatchFloat64Sums) {
           SCOPED_TRACE(testing::Message() << "dtype=" << dtype << " rows=" << rows << " cols=" << cols << " dim=" << dim);
           const int64_t ldq = dim + 3, ldk = 4 * dim + 16, lds = cols + 2, ldo = dim + 5;
           const std::vector<float> q = random_floats(static_cast<size_t>(rows) * ldq, rng);
-          // K and V in the element type, and the floats they hold (the reference's operands).
-          std::vector<float> k = random_floats(static_cast<size_t>(cols) * ldk, rng);
-          std::vector<float> v = random_floats(static_cast<size_t>(cols) * ldk, rng);
+          // K and V in the element type, and the floats they hold (the reference's operands); the
+          // kernels' lists also hold kListedPast rows of NaN past cols, only to be requested.
+          const int listed = cols + kListedPast;
+          std::vector<float> k = random_floats(static_cast<size_t>(listed) * ldk, rng);
+          std::vector<float> v = random_floats(static_cast<size_t>(listed) * ldk, rng);
+          std::fill(k.begin() + cols * ldk, k.end(), std::nanf(""));
+          std::fill(v.begin() + cols * ldk, v.end(), std::nanf(""));
           std::vector<uint16_t> k16(k.size()), v16(v.size());
           if (dtype != TILEATTN_FLOAT32) {
             for (size_t i = 0; i < k.size(); ++i) {
@@ -153,10 +161,18 @@ TEST_P(SimdProduct, FewRowKernelsMatchFloat64Sums) {
               v[i] = bf16 ? bf16_to_float(v16[i]) : fp16_to_float(v16[i]);
             }
           }
-          const void* k_data = dtype == TILEATTN_FLOAT32 ? static_cast<const void*>(k.data()) : k16.data();
-          const void* v_data = dtype == TILEATTN_FLOAT32 ? static_cast<const void*>(v.data()) : v16.data();
+          // Key c's K and V rows are stored rows at[c] of k and v.
+          std::vector<int> at(listed);
+          std::iota(at.begin(), at.end(), 0);
+          std::shuffle(at.begin(), at.begin() + cols, rng);
+          std::vector<const void*> k_rows(listed), v_rows(listed);
+          for (int c = 0; c < listed; ++c) {
+            const int64_t offset = at[c] * ldk;
+            k_rows[c] = dtype == TILEATTN_FLOAT32 ? static_cast<const void*>(k.data() + offset) : k16.data() + offset;
+            v_rows[c] = dtype == TILEATTN_FLOAT32 ? static_cast<const void*>(v.data() + offset) : v16.data() + offset;
+          }
           std::vector<float> s(static_cast<size_t>(rows + 1) * lds, sentinel);
-          simd->few_rows_scores(rows, cols, dim, q.data(), ldq, k_data, dtype, ldk, s.data(), lds);
+          simd->few_rows_scores(rows, cols, listed, dim, q.data(), ldq, k_rows.data(), dtype, s.data(), lds);
           std::vector<float> o = random_floats(static_cast<size_t>(rows + 1) * ldo, rng);
           for (int r = 0; r <= rows; ++r) {
             for (int d = 0; d < ldo; ++d) {
@@ -164,7 +180,7 @@ TEST_P(SimdProduct, FewRowKernelsMatchFloat64Sums) {
             }
           }
           const std::vector<float> o0 = o;
-          simd->few_rows_accumulate(rows, cols, dim, s.data(), lds, v_data, dtype, ldk, o.data(), ldo);
+          simd->few_rows_accumulate(rows, cols, listed, dim, s.data(), lds, v_rows.data(), dtype, o.data(), ldo);
           for (int r = 0; r <= rows; ++r) {
             for (int c = 0; c < lds; ++c) {
               if (r == rows || c >= cols) {
@@ -173,8 +189,8 @@ TEST_P(SimdProduct, FewRowKernelsMatchFloat64Sums) {
               }
               double sum = 0.0, magnitude = 0.0;
               for (int d = 0; d < dim; ++d) {
-                sum += static_cast<double>(q[r * ldq + d]) * k[c * ldk + d];
-                magnitude += std::fabs(static_cast<double>(q[r * ldq + d]) * k[c * ldk + d]);
+                sum += static_cast<double>(q[r * ldq + d]) * k[at[c] * ldk + d];
+                magnitude += std::fabs(static_cast<double>(q[r * ldq + d]) * k[at[c] * ldk + d]);
               }
               ASSERT_NEAR(s[r * lds + c], sum, 1e-7 * dim * magnitude + 1e-6) << "S at (" << r << ", " << c << ")";
             }
@@ -185,8 +201,8 @@ TEST_P(SimdProduct, FewRowKernelsMatchFloat64Sums) {
               }
               double sum = o0[r * ldo + d], magnitude = std::fabs(sum);
               for (int c = 0; c < cols; ++c) {
-                sum += static_cast<double>(s[r * lds + c]) * v[c * ldk + d];
-                magnitude += std::fabs(static_cast<double>(s[r * lds + c]) * v[c * ldk + d]);
+                sum += static_cast<double>(s[r * lds + c]) * v[at[c] * ldk + d];
+                magnitude += std::fabs(static_cast<double>(s[r * lds + c]) * v[at[c] * ldk + d]);
               }
               ASSERT_NEAR(o[r * ldo + d], sum, 1e-7 * cols * magnitude + 1e-6) << "O at (" << r << ", " << d << ")";
             }
