@@ -4,7 +4,7 @@ an application without a decode kernel would call it), measured in the same run,
 as flash_attn_func over the whole cache (column flash_attn_func: a model that passes its K/V whole,
 as Hugging Face's flash-attention path does).
 
-One query token per sequence, contiguous caches (float32, or --dtype bf16) filled to the end.  Reports milliseconds a
+One query token per sequence, contiguous caches (float32, or --dtype bf16/fp16) filled to the end.  Reports milliseconds a
 call and GB/s of K and V read (batch x length x KV heads x d x 4 bytes x 2).  Writes a CSV under
 bench/results/ with the machine, date and commit, and prints a table.
 
@@ -65,13 +65,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="BxLxHxHkxD")
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     parser.add_argument("--paged-varlen", type=int, default=0, metavar="PAGE",
                         help="also time the paged varlen call over pages of PAGE keys, both paths")
     parser.add_argument("--out", default=None, help="CSV path (default: bench/results/cpu-decode-DATE.csv)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     rows = []
     print(f"# {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {args.dtype}")
     impls = ["tileattn", "flash_attn_func", "sdpa"] + (["kvcache-paged", "varlen-paged", "varlen-gather"] if args.paged_varlen else [])

@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "cpu/amx_target.h"  // TILEATTN_AMX_BUILT: x86-64 Linux GCC, immintrin.h included
-#include "cpu/convert.h"     // before the target pragma: see simd_block.h
 #include "cpu/simd_product.h"
 
 #if TILEATTN_AMX_BUILT

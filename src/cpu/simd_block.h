@@ -12,13 +12,12 @@
 #include <cstdint>
 #include <limits>
 
-#include "cpu/convert.h"
 #include "cpu/simd_product.h"
 
 // Everything here has internal linkage (an unnamed namespace): each instruction set's file compiles
 // its own copy for its target, and no inline function of one may stand in for the other's at link
-// time.  Headers with inline code these use (convert.h, the standard library) are included before
-// the `#pragma GCC target` by the including files, so they keep the library's baseline target.
+// time.  Headers with inline code these use (the standard library's) are included before the
+// `#pragma GCC target` by the including files, so they keep the library's baseline target.
 namespace tileattn::cpu::simd::block_code {
 namespace {
 
@@ -133,18 +132,19 @@ void transpose(const float* src, int64_t src_ld, int rows, int cols, float* dst,
 
 // A K or V row's elements as float vectors: float32 read as is, bf16 and fp16 widened as loaded
 // (so a 16-bit cache is read in place, with no float32 copy of its tiles).  A row's last vector,
-// where the row ends inside it, is read through a float copy of its elements.
+// where the row ends inside it, is widened from a zero-padded copy of its bits: converted one by
+// one (convert.h), fp16 went through libgcc's __extendhfsf2 (the library's baseline target has no
+// F16C), and that call inside the loop made GCC keep the kernels' sums on the stack at every head
+// dim (fp16 decode 1 x 32k d128 at 0.70x bf16's speed).
 //
-// The 16-bit element types: their bits, one value's float and kLanes of them widened.
+// The 16-bit element types: their bits, and kLanes of them widened.
 struct Bf16 {
   uint16_t bits;
-  static float value(uint16_t x) { return bf16_to_float(x); }
   template <class Isa>
   static typename Isa::Vec widen(const uint16_t* p) { return Isa::widen_bf16(p); }
 };
 struct Fp16 {
   uint16_t bits;
-  static float value(uint16_t x) { return fp16_to_float(x); }
   template <class Isa>
   static typename Isa::Vec widen(const uint16_t* p) { return Isa::widen_fp16(p); }
 };
@@ -152,10 +152,10 @@ template <class Isa, class T>
 struct RowElements {
   static_assert(sizeof(T) == 2, "float32 has its own specialization; the rest are 16-bit");
   static typename Isa::Vec load(const T* p) { return T::template widen<Isa>(&p->bits); }
-  static typename Isa::Vec load_tail(const T* p, int count, typename Isa::Mask lanes) {
-    float values[Isa::kLanes];
-    for (int i = 0; i < count; ++i) values[i] = T::value(p[i].bits);
-    return Isa::load_masked(values, lanes);
+  static typename Isa::Vec load_tail(const T* p, int count, typename Isa::Mask) {
+    uint16_t bits[Isa::kLanes] = {};  // zero bits are 0.0 in both formats
+    for (int i = 0; i < count; ++i) bits[i] = p[i].bits;
+    return T::template widen<Isa>(bits);
   }
 };
 template <class Isa>
