@@ -5,6 +5,8 @@
 // rounded to bf16 for P V, as the GPU kernels do).
 #include <algorithm>
 #include <array>
+#include <climits>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -55,8 +57,13 @@ struct ForwardScratch {
   }
 };
 
+// One task: a query tile of one head, over all of its keys or, split, over the key columns
+// [col_lo, col_hi) of them (see plan_tiles), its partial result then at `partial` in the call's
+// partials buffer.
 struct QueryTile {
   int batch_index, head, row0;
+  int col_lo = 0, col_hi = INT_MAX;
+  int64_t partial = -1;  // float offset of the partial result, -1 for a tile that is not split
 };
 
 // q in the call's dtype, converted tile by tile (each query tile is read once, by one task); k and
@@ -153,7 +160,18 @@ void write_probs(const ForwardParams& p, const Inputs& in, const ScoreRule& rule
   }
 }
 
-void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& tile, ForwardScratch& w) {
+// A split task's partial result, for `rows` rows: O unnormalized (rows x D), then each row's m and l.
+struct Partial {
+  float* data;
+  int rows, dim;
+  float* out() const { return data; }
+  float* max() const { return data + static_cast<int64_t>(rows) * dim; }
+  float* sum() const { return max() + rows; }
+  static int64_t floats(int rows, int dim) { return static_cast<int64_t>(rows) * (dim + 2); }
+};
+
+void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& tile, ForwardScratch& w,
+                  float* partials) {
   const SequenceView seq = sequence_view(p, tile.batch_index);
   const int dim = p.head_dim;
   const int rows = std::min(kFwdBlockM, seq.seqlen_q - tile.row0);
@@ -181,7 +199,9 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   std::fill(w.rows.begin(), w.rows.end(), RowSoftmax{});
 
   const KeySpan span = key_span(rule, tile.row0, rows);
-  for (int col0 = first_column(in, span); span.first <= span.last && col0 <= span.last; col0 += kFwdBlockN) {
+  const int col_end = std::min(span.last + 1, tile.col_hi);  // past this task's last key column
+  for (int col0 = std::max(first_column(in, span), tile.col_lo); span.first <= span.last && col0 < col_end;
+       col0 += kFwdBlockN) {
     const int cols = std::min(kFwdBlockN, span.last + 1 - col0);
     // Only the rows that see a key of this tile take part, in whole 16-row slices [lo, hi) (AMX's
     // tiles; rows of a slice that see none are masked as before): on a causal diagonal the upper
@@ -256,6 +276,15 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
     }
   }
 
+  if (tile.partial >= 0) {  // a split: m, l and O as they stand, for combine_splits
+    const Partial part{partials + tile.partial, rows, dim};
+    for (int r = 0; r < rows; ++r) {
+      std::memcpy(part.out() + static_cast<int64_t>(r) * dim, w.out.data() + r * w.out_ld, sizeof(float) * dim);
+      part.max()[r] = w.rows[r].max;
+      part.sum()[r] = w.rows[r].sum;
+    }
+    return;
+  }
   // O = O / l, LSE = m + log l: the one final rescale.
   for (int r = 0; r < rows; ++r) {
     scale_row(w.out.data() + r * w.out_ld, w.rows[r].output_scale(), dim);
@@ -280,25 +309,100 @@ void clear_probs(const ForwardParams& p) {
   }
 }
 
-std::vector<QueryTile> query_tiles(const ForwardParams& p) {
+// The key split.  A tile of few query rows (a decode step: a KV group's heads, a few tokens) is
+// one task that streams all of its keys, so a call of few sequences and KV heads ran on as many
+// threads as it had tiles: 1 x 8k with one KV head on one core of two, and on a 32-core host a
+// step of 8 KV heads on 8.  Such a tile's visible keys are split into runs of kSplitKeys, one
+// task each, whose partial results combine_splits merges through their m and l.  The split
+// depends only on the tile's own rows and keys, never on the thread count or the batch, so a
+// sequence's result is the same bits in any call.  kSplitKeys: 16 key tiles, enough that a task's
+// stream dwarfs its fixed work (loading its q, writing (D + 2) floats a row of partials).
+constexpr int kSplitKeys = 16 * kFwdBlockN;
+constexpr int kSplitMaxRows = 64;  // tiles with more rows (prefill) have work enough in their rows
+
+struct TilePlan {
   std::vector<QueryTile> tiles;
+  // Split tiles: tiles[first] .. tiles[first + splits - 1] hold one tile's runs of keys.
+  struct Split {
+    int64_t first;
+    int splits;
+  };
+  std::vector<Split> splits;
+  int64_t partial_floats = 0;
+};
+
+TilePlan plan_tiles(const ForwardParams& p, const Inputs& in) {
+  TilePlan plan;
   for (int b = 0; b < p.batch; ++b) {
-    const int seqlen_q = sequence_view(p, b).seqlen_q;
+    const SequenceView seq = sequence_view(p, b);
     // Last tiles first: under a causal mask they see the most keys, and starting the longest
     // tasks early evens out the threads' finishing times.
-    for (int tile = ceil_div(seqlen_q, kFwdBlockM) - 1; tile >= 0; --tile) {
-      for (int h = 0; h < p.num_heads; ++h) tiles.push_back({b, h, tile * kFwdBlockM});
+    for (int tile = ceil_div(seq.seqlen_q, kFwdBlockM) - 1; tile >= 0; --tile) {
+      const int row0 = tile * kFwdBlockM, rows = std::min(kFwdBlockM, seq.seqlen_q - row0);
+      for (int h = 0; h < p.num_heads; ++h) {
+        int splits = 1, first_col = 0;
+        if (rows <= kSplitMaxRows && p.attn_probs == nullptr) {
+          const KeySpan span = key_span(make_score_rule(p, seq, b, h), row0, rows);
+          first_col = first_column(in, span);
+          if (span.first <= span.last) splits = ceil_div(span.last + 1 - first_col, kSplitKeys);
+        }
+        if (splits == 1) {
+          plan.tiles.push_back({b, h, row0});
+          continue;
+        }
+        plan.splits.push_back({static_cast<int64_t>(plan.tiles.size()), splits});
+        for (int s = 0; s < splits; ++s) {
+          const int col_lo = first_col + s * kSplitKeys;
+          plan.tiles.push_back({b, h, row0, col_lo, col_lo + kSplitKeys, plan.partial_floats});
+          plan.partial_floats += Partial::floats(rows, p.head_dim);
+        }
+      }
     }
   }
-  return tiles;
+  return plan;
+}
+
+// Merges a split tile's partial results (FA2's rescale across splits):
+// m = max_s m_s,  l = sum_s 2^(m_s - m) l_s,  O = (sum_s 2^(m_s - m) O_s) / l,  LSE = (m + log2 l) ln 2.
+void combine_splits(const ForwardParams& p, const TilePlan& plan, const TilePlan::Split& split,
+                    const float* partials, std::vector<float>& out) {
+  const QueryTile& tile = plan.tiles[split.first];
+  const SequenceView seq = sequence_view(p, tile.batch_index);
+  const int dim = p.head_dim, rows = std::min(kFwdBlockM, seq.seqlen_q - tile.row0);
+  out.assign(static_cast<size_t>(rows) * dim, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    RowSoftmax row;
+    for (int s = 0; s < split.splits; ++s) {
+      const Partial part{const_cast<float*>(partials) + plan.tiles[split.first + s].partial, rows, dim};
+      row.max = std::max(row.max, part.max()[r]);
+    }
+    const float base = row.max == -std::numeric_limits<float>::infinity() ? 0.0f : row.max;
+    float* o = out.data() + static_cast<int64_t>(r) * dim;
+    for (int s = 0; s < split.splits; ++s) {
+      const Partial part{const_cast<float*>(partials) + plan.tiles[split.first + s].partial, rows, dim};
+      const float weight = std::exp2(part.max()[r] - base);  // 0 for a run this row saw no key of
+      row.sum += weight * part.sum()[r];
+      const float* o_s = part.out() + static_cast<int64_t>(r) * dim;
+      for (int d = 0; d < dim; ++d) o[d] += weight * o_s[d];
+    }
+    scale_row(o, row.output_scale(), dim);
+    p.softmax_lse[lse_offset(p, seq, tile.row0 + r, tile.head)] = row.lse();
+  }
+  store_tile(p.dtype, out.data(), dim, rows, dim, p.out,
+             rows_of(p.out, p.out_batch_stride, p.out_row_stride, p.out_head_stride, false), seq, tile.row0,
+             tile.head);
 }
 
 void run_tiles(const ForwardParams& p, const Inputs& in) {
-  const std::vector<QueryTile> tiles = query_tiles(p);
+  const TilePlan plan = plan_tiles(p, in);
+  ScratchArray<float> partials(plan.partial_floats);
   parallel_tasks<ForwardScratch>(
-      static_cast<int64_t>(tiles.size()), p.num_threads,
+      static_cast<int64_t>(plan.tiles.size()), p.num_threads,
       [&] { return ForwardScratch(p.head_dim, in.packed, in.cache_tiles, in.key_blocks()); },
-      [&](int64_t task, ForwardScratch& w) { forward_tile(p, in, tiles[task], w); });
+      [&](int64_t task, ForwardScratch& w) { forward_tile(p, in, plan.tiles[task], w, partials.data()); });
+  parallel_tasks<std::vector<float>>(
+      static_cast<int64_t>(plan.splits.size()), p.num_threads, [] { return std::vector<float>(); },
+      [&](int64_t g, std::vector<float>& out) { combine_splits(p, plan, plan.splits[g], partials.data(), out); });
 }
 
 }  // namespace
