@@ -9,29 +9,19 @@ path; tiles of 64 rows (split) and 65 (not); and through flash_attn_with_kvcache
 import pytest
 import torch
 
-import attn_reference as ref
 import tileattn
-from conftest import FLOOR, assert_fa_close, cpu_switch_takes
+from test_cpu_one_query_row import PATHS as ONE_ROW_PATHS
+from test_cpu_one_query_row import assert_call_holds_the_rule, take_path
 from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from tileattn import flash_attn_func
 
-AMX = cpu_switch_takes("TILEATTN_CPU_AMX", "on", torch.bfloat16)
-# name: (TILEATTN_CPU_AMX, TILEATTN_CPU_SIMD)
-PATHS = {"amx": ("on", "auto"), "simd": ("off", "auto"), "sgemm": ("off", "off")}
+PATHS = {name: ONE_ROW_PATHS[name] for name in ("amx", "simd", "sgemm")}
 # (seqlen_q, seqlen_k, nheads, nheads_k, headdim)
 SHAPES = [(1, 2049, 7, 1, 64), (3, 4113, 4, 2, 72), (64, 2500, 2, 1, 64), (65, 2500, 2, 1, 32), (1, 9000, 8, 8, 128)]
 # name: (causal, window_size, softcap, alibi)
 MASKS = {"none": (False, (-1, -1), 0.0, False), "causal": (True, (-1, -1), 0.0, False),
          "left_window": (False, (100, 0), 0.0, False), "wide_window_softcap": (False, (3000, 3000), 4.0, False),
          "causal_alibi": (True, (-1, -1), 0.0, True)}
-
-
-def take_path(monkeypatch, path, dtype):
-    amx, simd = PATHS[path]
-    if amx == "on" and (dtype != torch.bfloat16 or not AMX):
-        pytest.skip("AMX takes bf16 calls, on CPUs that offer it")
-    monkeypatch.setenv("TILEATTN_CPU_AMX", amx)
-    monkeypatch.setenv("TILEATTN_CPU_SIMD", simd)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -57,14 +47,7 @@ def test_split_keys_hold_the_rule(monkeypatch, path, mask, dtype, shape):
 
     options = dict(softmax_scale=scale, window_left=window[0], window_right=right, softcap=softcap,
                    alibi_slopes=slopes)
-    truth = ref.attention(q, k, v, dout, dtype=torch.float64, **options)
-    naive = ref.attention(q, k, v, dout, dtype=dtype, **options)
-    floor = FLOOR[dtype]
-    assert_fa_close("out", out, naive["out"], truth["out"], floor)
-    assert_fa_close("lse", lse, naive["lse"], truth["lse"], floor)
-    shift = ref.backward_rounding_shift(q, k, v, dout, out, truth["out"], **options)
-    for name, ours in (("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
-        assert_fa_close(name, ours, naive[name], truth[name], floor, lse=truth["lse"], shift=shift.get(name))
+    assert_call_holds_the_rule(q, k, v, dout, out, lse, options)
 
 
 @pytest.mark.parametrize("path", PATHS)
