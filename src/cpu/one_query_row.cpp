@@ -5,7 +5,7 @@
 // query head; here they are read in place once per KV group, as the KV-cache decode does: a group's
 // query heads become rows of their KV head (FlashAttention's seqlen_q / groups swap), and the
 // products are the KV-cache decode's (choose_kv_products).  1 x 32k, 32/8 heads, d128, fp32: 81 ms
-// on the general path.
+// on the general path, 7.7 here (2 cores).
 #include "cpu/one_query_row.h"
 
 #include <cstddef>
