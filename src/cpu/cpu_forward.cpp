@@ -448,12 +448,13 @@ constexpr int kFewRowsMaxOverAmx = 4;
 // as many rows on K^T and V laid out once; with fewer (a decode step) on keys of several KV heads,
 // contiguous or paged, the few-row kernels, which read a head's rows in place (bf16/fp16 widened as
 // loaded), requested rows ahead across the gaps between them and across pages (1 x 32k, 32/8 heads,
-// d128, fp32: 10.9 -> 21.3 GB/s contiguous).  Where one head's rows are one stream (8 x 8k, 4/1
-// heads, d64: 0.85-0.98x) sgemm stays.
+// d128, fp32: 10.9 -> 21.3 GB/s contiguous).  Where a contiguous cache's rows of one head are one
+// stream (one or two KV heads; 8 x 8k, 4/1 heads, d64: 0.85-0.98x) sgemm stays; in pages they are
+// not (sgemm's tile loads look each row's page up: 8 x 8k 4/1 d64 in pages of 16, 1.4-1.7x).
 KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype, int rows_per_seq, int dim,
-                              int64_t k_row_stride) {
+                              int64_t k_row_stride, bool paged) {
   const bool few_rows = simd::kernels() != nullptr && rows_per_seq < kPackedMinQueryRows &&
-                        k_row_stride > 2 * static_cast<int64_t>(dim);
+                        (paged || k_row_stride > 2 * static_cast<int64_t>(dim));
   if (call_dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
     if (rows_per_seq >= kPackedMinQueryRows) return KvProducts::kAmxPacked;
     if (few_rows && rows_per_seq <= kFewRowsMaxOverAmx) return KvProducts::kSimdFewRows;

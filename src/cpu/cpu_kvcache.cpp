@@ -262,7 +262,7 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = keys.cu_k.data();
   g.seqused_k = keys.used_k.empty() ? nullptr : keys.used_k.data();
   g.total_q = total_q, g.total_k = keys.total_k;
-  const KvProducts products = choose_kv_products(f.dtype, keys.dtype, rows_per_seq, D, keys.k_row_stride);
+  const KvProducts products = choose_kv_products(f.dtype, keys.dtype, rows_per_seq, D, keys.k_row_stride, keys.paged);
   forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, products);
 
   for (int b = 0; b < B; ++b) {

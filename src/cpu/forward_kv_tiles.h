@@ -24,8 +24,8 @@ void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, cons
 
 // The products for a call of rows_per_seq query rows a sequence (one query tile's worth or fewer:
 // a decode step's KV group as rows, or a chunk of prefill) against K/V of kv_dtype where they lie,
-// key rows k_row_stride elements apart, in a call of call_dtype.
+// key rows k_row_stride elements apart (within a page when paged), in a call of call_dtype.
 KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype, int rows_per_seq, int dim,
-                              int64_t k_row_stride);
+                              int64_t k_row_stride, bool paged);
 
 }  // namespace tileattn::cpu

@@ -84,7 +84,7 @@ void forward_one_query_row(const ForwardParams& p) {
     g.total_q = rows * group;
     g.lse_batch_stride = 0, g.lse_head_stride = g.total_q;  // (Hk, total_q * group)
   }
-  forward_with_kv_tiles(g, p.dtype, nullptr, choose_kv_products(p.dtype, p.dtype, group, D, p.k_row_stride));
+  forward_with_kv_tiles(g, p.dtype, nullptr, choose_kv_products(p.dtype, p.dtype, group, D, p.k_row_stride, false));
 
   for (int b = 0; b < B; ++b) {
     if (!has_row(p, b)) continue;
