@@ -4,13 +4,15 @@ an application without a decode kernel would call it), measured in the same run,
 as flash_attn_func over the whole cache (column flash_attn_func: a model that passes its K/V whole,
 as Hugging Face's flash-attention path does).
 
-One query token per sequence, contiguous caches (float32, or --dtype bf16/fp16) filled to the end.  Reports milliseconds a
-call and GB/s of K and V read (batch x length x KV heads x d x 4 bytes x 2).  Writes a CSV under
+One query token per sequence (--tokens N: N, the cache's last N positions, attending causally, as
+a few speculative tokens do), contiguous caches (float32, or --dtype bf16/fp16) filled to the end.
+Reports milliseconds a call and GB/s of K and V read (batch x length x KV heads x d x element bytes x 2).  Writes a CSV under
 bench/results/ with the machine, date and commit, and prints a table.
 
     python3 bench/cpu_decode.py
     python3 bench/cpu_decode.py --shapes 8x8192x4x1x64 --repeats 5 --dtype bf16
     python3 bench/cpu_decode.py --paged-varlen 16   # also the step as a paged varlen call
+    python3 bench/cpu_decode.py --tokens 4 --shapes 1x32768x32x8x128
 
 --paged-varlen PAGE adds three columns: flash_attn_with_kvcache over the cache in shuffled pages of
 PAGE with a block table, the same step as flash_attn_varlen_func over those pages (one query row a sequence, as a serving engine batches
@@ -68,8 +70,11 @@ def main():
     parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     parser.add_argument("--paged-varlen", type=int, default=0, metavar="PAGE",
                         help="also time the paged varlen call over pages of PAGE keys, both paths")
+    parser.add_argument("--tokens", type=int, default=1, help="query tokens a sequence (causal)")
     parser.add_argument("--out", default=None, help="CSV path (default: bench/results/cpu-decode-DATE.csv)")
     args = parser.parse_args()
+    if args.tokens < 1 or (args.tokens > 1 and args.paged_varlen):
+        parser.error("--tokens must be 1 or more, and 1 with --paged-varlen (its varlen step has one row a sequence)")
     torch.manual_seed(0)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     rows = []
@@ -78,20 +83,23 @@ def main():
     print(f"{'shape':>20} | " + " | ".join(f"{name + ' ms':>18} {'GB/s':>7}" for name in impls))
     for text in args.shapes:
         batch, length, heads, heads_k, dim = parse_shape(text)
-        q = torch.randn(batch, 1, heads, dim).to(dtype)
+        q = torch.randn(batch, args.tokens, heads, dim).to(dtype)
         k_cache = torch.randn(batch, length, heads_k, dim).to(dtype)
         v_cache = torch.randn(batch, length, heads_k, dim).to(dtype)
         seqlens = torch.full((batch,), length, dtype=torch.int32)
         kv_bytes = 2 * batch * length * heads_k * dim * k_cache.element_size()
         group = heads // heads_k
 
+        # Token i sees the cache up to position length - tokens + i (bottom-right causal).
+        visible = torch.ones(args.tokens, length, dtype=torch.bool).tril(length - args.tokens)
+
         def ours():
-            tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+            tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, causal=True)
 
         def sdpa():
             k = k_cache.transpose(1, 2).repeat_interleave(group, dim=1)
             v = v_cache.transpose(1, 2).repeat_interleave(group, dim=1)
-            F.scaled_dot_product_attention(q.transpose(1, 2), k, v)
+            F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=None if args.tokens == 1 else visible)
 
         def whole():
             tileattn.flash_attn_func(q, k_cache, v_cache, causal=True)
@@ -104,7 +112,8 @@ def main():
                                             for impl in impls))
         for impl, seconds in times.items():
             rows.append({"machine": cpu_name(), "date": environment.today(), "commit": environment.commit(),
-                         "impl": impl, "dtype": args.dtype, "batch": batch, "cache_len": length, "heads": heads,
+                         "impl": impl, "dtype": args.dtype, "batch": batch, "tokens": args.tokens,
+                         "cache_len": length, "heads": heads,
                          "heads_k": heads_k, "headdim": dim, "ms": round(seconds * 1e3, 3),
                          "gbs": round(kv_bytes / seconds / 1e9, 2)})
     write_rows(rows, args.out or os.path.join(environment.RESULTS, f"cpu-decode-{environment.today()}.csv"))

@@ -20,7 +20,7 @@
 #include "cpu/float32_copy.h"
 #include "cpu/float32_key_tiles.h"
 #include "cpu/gemm.h"
-#include "cpu/one_query_row.h"
+#include "cpu/kv_group_rows.h"
 #include "cpu/online_softmax.h"
 #include "cpu/packed_key_tiles.h"
 #include "cpu/parallel.h"
@@ -80,6 +80,7 @@ struct Inputs {
   const simd::Kernels* simd = nullptr;  // the SIMD products, with float32_tiles or few_rows()
   const PackedKeyTiles* packed = nullptr;
   bool cache_tiles = false;
+  int rows_per_position = 1;  // ScoreRule::rows_per_position (a KV group's heads as rows)
 
   // Whether simd's few-row kernels read K and V in place, contiguous or paged (a KV-cache decode
   // step).
@@ -176,7 +177,7 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
   const int dim = p.head_dim;
   const int rows = std::min(kFwdBlockM, seq.seqlen_q - tile.row0);
   const int head_k = tile.head / (p.num_heads / p.num_heads_k);
-  const ScoreRule rule = make_score_rule(p, seq, tile.batch_index, tile.head);
+  const ScoreRule rule = make_score_rule(p, seq, tile.batch_index, tile.head, in.rows_per_position);
   const DropoutRule dropout = DropoutRule::make(p, tile.batch_index, tile.head);
   const PackedKeyTiles* packed = in.packed;
 
@@ -342,7 +343,7 @@ TilePlan plan_tiles(const ForwardParams& p, const Inputs& in) {
       for (int h = 0; h < p.num_heads; ++h) {
         int splits = 1, first_col = 0;
         if (rows <= kSplitMaxRows && p.attn_probs == nullptr) {
-          const KeySpan span = key_span(make_score_rule(p, seq, b, h), row0, rows);
+          const KeySpan span = key_span(make_score_rule(p, seq, b, h, in.rows_per_position), row0, rows);
           first_col = first_column(in, span);
           if (span.first <= span.last) splits = ceil_div(span.last + 1 - first_col, kSplitKeys);
         }
@@ -407,12 +408,14 @@ void run_tiles(const ForwardParams& p, const Inputs& in) {
 
 }  // namespace
 
-void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages, KvProducts products) {
+void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages, KvProducts products,
+                           int rows_per_position) {
   if (p.attn_probs != nullptr) clear_probs(p);
   Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false),
             {{}, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true, pages}},
             {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true, pages}}};
   in.kv_dtype = kv_dtype;
+  in.rows_per_position = rows_per_position;
   in.cache_tiles = products == KvProducts::kAmxInPlace;
   if (products == KvProducts::kSimdFewRows) in.simd = simd::kernels();
   if (products == KvProducts::kAmxPacked) {
@@ -445,16 +448,15 @@ constexpr int kFewRowsMaxOverAmx = 4;
 // bf16 products on AMX: with K/V packed once for a chunk of prefill; a decode step's rows read a bf16
 // cache in place (packing would add a pass over the whole cache), where its head dim allows, unless
 // they are few enough for the few-row kernels below.  Other calls take the SIMD float32 kernels: with
-// as many rows on K^T and V laid out once; with fewer (a decode step) on keys of several KV heads,
-// contiguous or paged, the few-row kernels, which read a head's rows in place (bf16/fp16 widened as
-// loaded), requested rows ahead across the gaps between them and across pages (1 x 32k, 32/8 heads,
-// d128, fp32: 10.9 -> 21.3 GB/s contiguous).  Where a contiguous cache's rows of one head are one
-// stream (one or two KV heads; 8 x 8k, 4/1 heads, d64: 0.85-0.98x) sgemm stays; in pages they are
-// not (sgemm's tile loads look each row's page up: 8 x 8k 4/1 d64 in pages of 16, 1.4-1.7x).
-KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype, int rows_per_seq, int dim,
-                              int64_t k_row_stride, bool paged) {
-  const bool few_rows = simd::kernels() != nullptr && rows_per_seq < kPackedMinQueryRows &&
-                        (paged || k_row_stride > 2 * static_cast<int64_t>(dim));
+// as many rows on K^T and V laid out once; with fewer (a decode step) the few-row kernels, which read
+// a head's rows in place (bf16/fp16 widened as loaded), requested rows ahead across the gaps between
+// them, across pages and into the next tile (1 x 32k, 32/8 heads, d128, fp32: 10.9 -> 21.3 GB/s
+// contiguous).  The choice depends on the shapes alone, never on strides, so a call's bits do not
+// change with its tensors' layout.  Where a contiguous cache's rows of one head are one stream (one
+// or two KV heads) sgemm had been 1.02-1.18x faster; since the kernels request rows across tiles
+// they take 0.99-1.03x its time at 8 x 8k 4/1 d64 and 0.77-0.84x at 1 x 64k 8/1 d128.
+KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype, int rows_per_seq, int dim) {
+  const bool few_rows = simd::kernels() != nullptr && rows_per_seq < kPackedMinQueryRows;
   if (call_dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
     if (rows_per_seq >= kPackedMinQueryRows) return KvProducts::kAmxPacked;
     if (few_rows && rows_per_seq <= kFewRowsMaxOverAmx) return KvProducts::kSimdFewRows;
@@ -472,8 +474,8 @@ KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype
 
 void cpu_forward(const ForwardParams& p) {
   using namespace cpu;
-  if (one_query_row_applies(p)) {
-    forward_one_query_row(p);
+  if (kv_group_rows_apply(p)) {
+    forward_kv_group_rows(p);
     return;
   }
   if (p.attn_probs != nullptr) clear_probs(p);

@@ -1,8 +1,8 @@
 // flash_attn_with_kvcache on the CPU: append the new tokens to the cache (rotating k), rotate q,
 // and run the CPU forward as a varlen problem over each sequence's visible keys: read in place
 // (any dtype, converted tile by tile; a paged cache through a PageMap) where each tile is read once
-// or the cache is a contiguous float32 one, else gathered into float32 rows.  With one new token
-// and GQA, a KV group's query heads run as rows of their KV head.  Packed query rows
+// or the cache is a contiguous float32 one, else gathered into float32 rows.  With GQA and a few
+// new tokens, a KV group's query heads run as rows of their KV head.  Packed query rows
 // (cu_seqlens_q) go through kvcache_packed_q.cpp, which calls back in with a batch-form block.
 #include <algorithm>
 #include <climits>
@@ -210,18 +210,19 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
     KvCacheScratch& s;
     ~ReleaseLarge() { s.release_large(); }
   } release_large{scratch};
-  // One new token with GQA and no mask that depends on the query row (no left window, no ALiBi;
-  // bottom-right causal lets a single row see every key): the group's query heads become rows of
-  // their KV head (FlashAttention's seqlen_q / groups swap), so the forward reads each K/V row once
-  // per group instead of once per query head, with products of `group` rows instead of one.
+  // A few tokens with GQA and nothing that differs between a group's query heads but q (no ALiBi
+  // slopes, no dropout masks): the group's query heads become rows of their KV head
+  // (FlashAttention's seqlen_q / groups swap; rows (token i, head g) at i * group + g, each token's
+  // heads under its mask through ScoreRule::rows_per_position), so the forward reads each K/V row
+  // once per group instead of once per query head, with products of Sq x group rows.
   const int group = H / Hk;
-  const bool heads_as_rows = Sq == 1 && group > 1 && f.alibi_slopes == nullptr && f.window_left < 0 &&
-                             f.dropout_p == 0.0f;
-  const int rows_per_seq = heads_as_rows ? group : Sq;  // query rows of one sequence in the forward
-  const int heads = heads_as_rows ? Hk : H;             // query heads in the forward
+  const bool heads_as_rows = group > 1 && static_cast<int64_t>(Sq) * group <= kKvGroupMaxRows &&
+                             f.alibi_slopes == nullptr && f.dropout_p == 0.0f;
+  const int rows_per_seq = heads_as_rows ? Sq * group : Sq;  // query rows of one sequence in the forward
+  const int heads = heads_as_rows ? Hk : H;                  // query heads in the forward
   // Offset of (sequence b, token i, query head h) in the float32 q and out rows.
   auto row_offset = [&](int64_t b, int i, int h) {
-    return heads_as_rows ? ((b * group + h % group) * Hk + h / group) * D : ((b * Sq + i) * H + h) * D;
+    return heads_as_rows ? (((b * Sq + i) * group + h % group) * Hk + h / group) * D : ((b * Sq + i) * H + h) * D;
   };
   const size_t q_elems = static_cast<size_t>(B) * Sq * H * D;
   float* q = scratch.q.get(q_elems);
@@ -251,7 +252,6 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   g.q = q, g.out = out, g.softmax_lse = lse, g.k = keys.k, g.v = keys.v;
   g.dtype = TILEATTN_FLOAT32;
   g.num_heads = heads, g.seqlen_q = rows_per_seq, g.seqlen_k = keys.max_k;
-  if (heads_as_rows) g.window_left = g.window_right = -1;  // one row: the mask hides nothing
   g.q_batch_stride = g.out_batch_stride = 0;
   g.k_batch_stride = keys.k_batch_stride, g.v_batch_stride = keys.v_batch_stride;
   g.q_row_stride = g.out_row_stride = static_cast<int64_t>(heads) * D;
@@ -262,8 +262,8 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   g.cu_seqlens_q = cu_q.data(), g.cu_seqlens_k = keys.cu_k.data();
   g.seqused_k = keys.used_k.empty() ? nullptr : keys.used_k.data();
   g.total_q = total_q, g.total_k = keys.total_k;
-  const KvProducts products = choose_kv_products(f.dtype, keys.dtype, rows_per_seq, D, keys.k_row_stride, keys.paged);
-  forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, products);
+  const KvProducts products = choose_kv_products(f.dtype, keys.dtype, rows_per_seq, D);
+  forward_with_kv_tiles(g, keys.dtype, keys.paged ? &keys.pages : nullptr, products, heads_as_rows ? group : 1);
 
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < Sq; ++i) {

@@ -18,14 +18,22 @@ namespace tileattn::cpu {
 // multiple of 32, at most amx::kCacheTileMaxRows query rows a sequence; amx_cache_tiles.h); or on
 // AVX-512 or AVX2 (simd::kernels()) with K^T and V laid out once as float32 blocks (kSimdTiles), or
 // read tile by tile by the few-row kernels (kSimdFewRows: a decode step's handful of rows).
+// Rows a KV group may have as the rows of one query tile (its heads as rows, rows_per_position
+// below): up to it a tile is a decode step's handful of rows, whose products read K and V in place
+// (choose_kv_products); from it K/V laid out once pay for themselves, as in the general forward.
+constexpr int kKvGroupMaxRows = 64;
+
+// rows_per_position > 1: p's query rows are a KV group's heads as rows of their KV head, rows_per_position
+// (the group) consecutive rows to a token (ScoreRule::rows_per_position), p.num_heads the KV heads,
+// p.seqlen_q (and cu_seqlens_q) counting rows; the caller keeps ALiBi and dropout off, which differ
+// between a group's heads.
 enum class KvProducts { kSgemm, kAmxPacked, kAmxInPlace, kSimdTiles, kSimdFewRows };
 void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages = nullptr,
-                           KvProducts products = KvProducts::kSgemm);
+                           KvProducts products = KvProducts::kSgemm, int rows_per_position = 1);
 
 // The products for a call of rows_per_seq query rows a sequence (one query tile's worth or fewer:
 // a decode step's KV group as rows, or a chunk of prefill) against K/V of kv_dtype where they lie,
-// key rows k_row_stride elements apart (within a page when paged), in a call of call_dtype.
-KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype, int rows_per_seq, int dim,
-                              int64_t k_row_stride, bool paged);
+// in a call of call_dtype.
+KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype, int rows_per_seq, int dim);
 
 }  // namespace tileattn::cpu

@@ -9,15 +9,17 @@
 
 namespace tileattn::cpu {
 
-ScoreRule make_score_rule(const ForwardParams& p, const SequenceView& s, int batch_index, int head) {
+ScoreRule make_score_rule(const ForwardParams& p, const SequenceView& s, int batch_index, int head,
+                          int rows_per_position) {
   ScoreRule rule;
   const bool softcap = p.softcap > 0.0f;
   rule.product_scale = softcap ? p.softmax_scale / p.softcap : p.softmax_scale * kLog2e;
   rule.softcap_log2 = softcap ? p.softcap * kLog2e : 0.0f;
   rule.alibi_slope_log2 =
       p.alibi_slopes ? p.alibi_slopes[batch_index * p.alibi_batch_stride + head] * kLog2e : 0.0f;
-  rule.seqlen_q = s.seqlen_q;
+  rule.seqlen_q = s.seqlen_q / rows_per_position;
   rule.seqlen_k = s.seqlen_k;
+  rule.rows_per_position = rows_per_position;
   rule.window_left = p.window_left;
   rule.window_right = p.window_right;
   return rule;
@@ -27,7 +29,7 @@ KeySpan key_span(const ScoreRule& rule, int row0, int rows) {
   KeySpan span{rule.seqlen_k, -1, 0, rule.seqlen_k - 1};
   for (int r = row0; r < row0 + rows; ++r) {
     const ColumnRange c =
-        visible_columns(r, rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
+        visible_columns(rule.position(r), rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
     span.first = std::min(span.first, c.first);
     span.last = std::max(span.last, c.last);
     if (c.first > c.last) {
@@ -43,7 +45,8 @@ KeySpan key_span(const ScoreRule& rule, int row0, int rows) {
 
 RowRange rows_seeing(const ScoreRule& rule, int row0, int rows, int col0, int cols) {
   auto sees = [&](int r) {
-    const ColumnRange c = visible_columns(row0 + r, rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
+    const ColumnRange c =
+        visible_columns(rule.position(row0 + r), rule.seqlen_q, rule.seqlen_k, rule.window_left, rule.window_right);
     return c.first <= c.last && c.first < col0 + cols && c.last >= col0;
   };
   RowRange range{0, rows};
@@ -63,7 +66,7 @@ void finish_scores(const ScoreRule& rule, float* s, int lds, int row0, int rows,
   for (int r = 0; r < rows; ++r) {
     float* t = s + static_cast<int64_t>(r) * lds;
     float* d = dtanh ? dtanh + static_cast<int64_t>(r) * lds : nullptr;
-    const int row = row0 + r;
+    const int row = rule.position(row0 + r);
     int begin = 0, end = cols;
     if (mask) {
       const ColumnRange v =

@@ -29,11 +29,20 @@ struct ScoreRule {
   float product_scale;     // scale * log2(e), or scale / softcap when softcap is on
   float softcap_log2;      // softcap * log2(e); 0 = off
   float alibi_slope_log2;  // slope * log2(e); 0 = off
-  int seqlen_q, seqlen_k;
+  int seqlen_q, seqlen_k;  // seqlen_q counts positions
   int window_left, window_right;
+  // Query rows a position: row r of a tile sits at position r / rows_per_position.  1 but where a
+  // KV group's query heads run as rows of their KV head (FlashAttention's seqlen_q / groups swap:
+  // rows (token i, head g) at i * group + g), whose heads share their token's mask.
+  int rows_per_position = 1;
+
+  int position(int row) const { return rows_per_position == 1 ? row : row / rows_per_position; }
 };
 
-ScoreRule make_score_rule(const ForwardParams& p, const SequenceView& s, int batch_index, int head);
+// The rule of (batch_index, head) for a call whose query rows are s.seqlen_q / rows_per_position
+// positions of rows_per_position rows each.
+ScoreRule make_score_rule(const ForwardParams& p, const SequenceView& s, int batch_index, int head,
+                          int rows_per_position = 1);
 
 // The key columns a query tile touches, and the part every one of its rows sees in full; key
 // tiles inside `clean` skip the per-element mask (FA2 handles masked tiles apart from the rest).

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import tileattn
-from test_cpu_one_query_row import PATHS as ONE_ROW_PATHS
-from test_cpu_one_query_row import assert_call_holds_the_rule, take_path
+from test_cpu_kv_group_rows import PATHS as GROUP_ROW_PATHS
+from test_cpu_kv_group_rows import assert_call_holds_the_rule, take_path
 from test_kvcache import DEFAULTS, check_against_reference, make_problem
 from tileattn import flash_attn_func
 
-PATHS = {name: ONE_ROW_PATHS[name] for name in ("amx", "simd", "sgemm")}
+PATHS = {name: GROUP_ROW_PATHS[name] for name in ("amx", "simd", "sgemm")}
 # (seqlen_q, seqlen_k, nheads, nheads_k, headdim)
 SHAPES = [(1, 2049, 7, 1, 64), (3, 4113, 4, 2, 72), (64, 2500, 2, 1, 64), (65, 2500, 2, 1, 32), (1, 9000, 8, 8, 128)]
 # name: (causal, window_size, softcap, alibi)

@@ -50,11 +50,10 @@ def test_kvcache_prefill_on_each_path_holds_the_rule(monkeypatch, path, dtype, c
     check_against_reference(opts, dtype, args, slot, first, out, lse)
 
 
-# A decode step: a cache of more than two KV heads, contiguous or paged, takes the few-row kernels,
+# A decode step on any cache, contiguous or paged, takes the few-row kernels,
 # reading its fp32, fp16 or bf16 rows in place (cache_seqlens 0, 17 and 506 leave partial key tiles
 # and, in pages of 16 and 64, tiles that cross pages; d72 a partial vector, 3 new tokens x 2 heads a
-# partial group of 4 rows; pages of one and two KV heads); contiguous caches of one or two KV heads
-# stay on sgemm.  bf16 with AMX off, as on CPUs without it.
+# partial group of 4 rows; one and two KV heads).  bf16 with AMX off, as on CPUs without it.
 FEW_ROW_CASES = {**DECODE_CASES,
                  "contiguous_d72_three_tokens": dict(dim=72, heads=8, heads_k=4, seqlen_q=3, seqlen_new=3, causal=True),
                  "paged16_leftpad_four_kv_heads": dict(page_size=16, leftpad=True, heads=8, heads_k=4),

@@ -408,15 +408,14 @@ def test_block_table_rows_may_share_entries(device):
 
 def test_caches_in_one_buffer(device):
     """k_cache and v_cache as the halves of one (B, S, 2, Hk, D) tensor interleave without
-    sharing a byte, so an append into them runs and matches separate caches of the same strides
-    bit for bit (the CPU picks its products by the rows' stride); without an append one tensor may
-    be both caches."""
+    sharing a byte, so an append into them runs and matches separate caches bit for bit; without
+    an append one tensor may be both caches."""
     dtype = torch.bfloat16
     q = torch.randn(2, 1, 4, 32, dtype=dtype, device=device)
     kv = torch.randn(2, 64, 2, 2, 32, dtype=dtype, device=device)
     k, v = (torch.randn(2, 1, 2, 32, dtype=dtype, device=device) for _ in range(2))
     seqlens = torch.tensor([3, 40], dtype=torch.int32, device=device)
-    k_cache, v_cache = kv.clone()[:, :, 0], torch.empty_like(kv)[:, :, 1].copy_(kv[:, :, 1])
+    k_cache, v_cache = kv[:, :, 0].clone(), kv[:, :, 1].clone()
     expect = tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
     got = tileattn.flash_attn_with_kvcache(q, kv[:, :, 0], kv[:, :, 1], k, v, cache_seqlens=seqlens)
     assert torch.equal(got, expect)

@@ -1,12 +1,14 @@
-"""flash_attn_func and flash_attn_varlen_func with at most one query row a sequence (a decode step
-that passes the whole K/V) run on the CPU as the KV-cache decode does: a KV group's query heads as
-rows of their KV head, K and V read in place by the decode's products (src/cpu/one_query_row.cpp).
-Against float64 with FlashAttention's rule: out and the LSE (from the custom op, which returns it
-without the probabilities; asking for those keeps the general path) and the gradients autograd
-takes from them.  Every product path (AMX, the SIMD few-row kernels on AVX-512 and AVX2, sgemm),
-groups of 1, 3, 4 and 7 query heads, odd key counts, head dims with partial vectors, the masks
-that hide nothing from a last row (causal, a right window) and softcap; in varlen form, sequences
-of no query row and of no key, and seqused_k."""
+"""flash_attn_func and flash_attn_varlen_func with few query rows a sequence (a decode step, a few
+speculative tokens, passing the whole K/V) run on the CPU as the KV-cache decode does: a KV group's
+query heads as rows of their KV head, token-major, each token's heads under its mask, K and V read
+in place by the decode's products (src/cpu/kv_group_rows.cpp).  Against float64 with
+FlashAttention's rule: out and the LSE (from the custom op, which returns it without the
+probabilities; asking for those keeps the general path) and the gradients autograd takes from
+them.  Every product path (AMX, the SIMD few-row kernels on AVX-512 and AVX2, sgemm), groups of 1
+to 16 query heads, 1 to 9 tokens (up to 63 rows a group, and 70: the general path), more tokens
+than keys (rows that see none), odd key counts, head dims with partial vectors, causal masks, left
+and right windows and softcap; in varlen form, sequences of no query row and of no key, and
+seqused_k."""
 
 import pytest
 import torch
@@ -19,10 +21,13 @@ AMX = cpu_switch_takes("TILEATTN_CPU_AMX", "on", torch.bfloat16)
 AVX2 = cpu_switch_takes("TILEATTN_CPU_SIMD", "avx2")
 # name: (TILEATTN_CPU_AMX, TILEATTN_CPU_SIMD)
 PATHS = {"amx": ("on", "auto"), "simd": ("off", "auto"), "avx2": ("off", "avx2"), "sgemm": ("off", "off")}
-# (batch, seqlen_k, nheads, nheads_k, headdim)
-SHAPES = [(1, 1, 1, 1, 32), (2, 17, 7, 1, 64), (3, 127, 12, 3, 72), (2, 1000, 8, 2, 128), (1, 300, 16, 4, 256)]
+# (batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim)
+SHAPES = [(1, 1, 1, 1, 1, 32), (2, 1, 17, 7, 1, 64), (3, 1, 127, 12, 3, 72), (2, 1, 1000, 8, 2, 128),
+          (1, 2, 300, 16, 4, 256), (2, 4, 17, 8, 2, 64), (1, 3, 127, 12, 3, 72), (2, 9, 5, 7, 1, 64),
+          (1, 10, 300, 7, 1, 32)]
 # name: (causal, window_size, softcap)
-MASKS = {"none": (False, (-1, -1), 0.0), "causal": (True, (-1, -1), 0.0), "right_window_softcap": (False, (-1, 3), 5.0)}
+MASKS = {"none": (False, (-1, -1), 0.0), "causal": (True, (-1, -1), 0.0), "right_window_softcap": (False, (-1, 3), 5.0),
+         "causal_left_window": (True, (6, -1), 0.0)}
 
 
 def take_path(monkeypatch, path, dtype):
@@ -39,14 +44,14 @@ def take_path(monkeypatch, path, dtype):
 @pytest.mark.parametrize("mask", MASKS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_one_query_row_holds_the_rule(monkeypatch, path, mask, dtype, shape):
+def test_few_query_rows_hold_the_rule(monkeypatch, path, mask, dtype, shape):
     take_path(monkeypatch, path, dtype)
-    batch, seqlen_k, heads, heads_k, dim = shape
+    batch, seqlen_q, seqlen_k, heads, heads_k, dim = shape
     causal, window, softcap = MASKS[mask]
-    q = torch.randn(batch, 1, heads, dim, dtype=dtype, requires_grad=True)
+    q = torch.randn(batch, seqlen_q, heads, dim, dtype=dtype, requires_grad=True)
     k = torch.randn(batch, seqlen_k, heads_k, dim, dtype=dtype, requires_grad=True)
     v = torch.randn(batch, seqlen_k, heads_k, dim, dtype=dtype, requires_grad=True)
-    dout = torch.randn(batch, 1, heads, dim, dtype=dtype)
+    dout = torch.randn(batch, seqlen_q, heads, dim, dtype=dtype)
     scale = dim ** -0.5
     right = 0 if causal else window[1]
     out = flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, window_size=window, softcap=softcap)
@@ -75,29 +80,29 @@ def assert_call_holds_the_rule(q, k, v, dout, out, lse, options):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("heads,heads_k", [(7, 1), (8, 4)])
 @pytest.mark.parametrize("used", [False, True], ids=["all_keys", "seqused_k"])
-def test_varlen_one_query_row_holds_the_rule(monkeypatch, path, dtype, heads, heads_k, used):
+def test_varlen_few_query_rows_hold_the_rule(monkeypatch, path, dtype, heads, heads_k, used):
     take_path(monkeypatch, path, dtype)
-    seqlens_q, seqlens_k = [1, 0, 1, 1, 1], [17, 5, 0, 1000, 128]
+    seqlens_q, seqlens_k = [1, 0, 3, 2, 4], [17, 5, 0, 1000, 128]
     dim, scale = 72, 72 ** -0.5
     cu_q = torch.tensor([0] + seqlens_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
     cu_k = torch.tensor([0] + seqlens_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
     seqused_k = torch.tensor([9, 5, 0, 999, 128], dtype=torch.int32) if used else None
     q = torch.randn(int(cu_q[-1]) + 2, heads, dim, dtype=dtype)  # 2 rows past the last sequence
     k, v = (torch.randn(int(cu_k[-1]), heads_k, dim, dtype=dtype) for _ in range(2))
-    out, lse, _, _ = torch.ops.tileattn.varlen_fwd(q, k, v, cu_q, cu_k, seqused_k, 1, max(seqlens_k), 0.0, scale,
-                                                   -1, -1, 0.0, None, False, False)
+    out, lse, _, _ = torch.ops.tileattn.varlen_fwd(q, k, v, cu_q, cu_k, seqused_k, max(seqlens_q), max(seqlens_k),
+                                                   0.0, scale, -1, 0, 0.0, None, False, False)
     floor = FLOOR[dtype]
     for b, (len_q, len_k) in enumerate(zip(seqlens_q, seqlens_k)):
         if len_q == 0:
             continue
-        row, first = int(cu_q[b]), int(cu_k[b])
+        rows, first = slice(int(cu_q[b]), int(cu_q[b]) + len_q), int(cu_k[b])
         keys = slice(first, first + (int(seqused_k[b]) if used else len_k))
         if keys.stop == keys.start:
-            assert torch.all(out[row] == 0) and torch.all(lse[:, row] == float("inf")), f"sequence {b}: no keys"
+            assert torch.all(out[rows] == 0) and torch.all(lse[:, rows] == float("inf")), f"sequence {b}: no keys"
             continue
-        one = dict(softmax_scale=scale)
-        args = (q[row:row + 1][None], k[keys][None], v[keys][None])
-        truth = ref.attention(*args, dtype=torch.float64, **one)
-        naive = ref.attention(*args, dtype=dtype, **one)
-        assert_fa_close(f"out of sequence {b}", out[row:row + 1][None], naive["out"], truth["out"], floor)
-        assert_fa_close(f"lse of sequence {b}", lse[:, row:row + 1][None], naive["lse"], truth["lse"], floor)
+        causal = dict(softmax_scale=scale, window_right=0)
+        args = (q[rows][None], k[keys][None], v[keys][None])
+        truth = ref.attention(*args, dtype=torch.float64, **causal)
+        naive = ref.attention(*args, dtype=dtype, **causal)
+        assert_fa_close(f"out of sequence {b}", out[rows][None], naive["out"], truth["out"], floor)
+        assert_fa_close(f"lse of sequence {b}", lse[:, rows][None], naive["lse"], truth["lse"], floor)
