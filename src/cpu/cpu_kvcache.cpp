@@ -217,6 +217,7 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   // once per group instead of once per query head, with products of Sq x group rows.
   const int group = H / Hk;
   const bool heads_as_rows = group > 1 && static_cast<int64_t>(Sq) * group <= kKvGroupMaxRows &&
+                             static_cast<int64_t>(B) * Sq * group <= INT32_MAX &&  // int32 rows in cu_q
                              f.alibi_slopes == nullptr && f.dropout_p == 0.0f;
   const int rows_per_seq = heads_as_rows ? Sq * group : Sq;  // query rows of one sequence in the forward
   const int heads = heads_as_rows ? Hk : H;                  // query heads in the forward

@@ -9,6 +9,7 @@
 // one token: 81 ms on the general path, 7.7 here; 4 tokens 100 -> 22 (2 cores).
 #include "cpu/kv_group_rows.h"
 
+#include <climits>
 #include <cstddef>
 #include <memory>
 
@@ -33,8 +34,11 @@ struct SwappedRows {
 
 bool kv_group_rows_apply(const ForwardParams& p) {
   const int64_t group = p.num_heads / p.num_heads_k;
-  return static_cast<int64_t>(p.seqlen_q) * group <= kKvGroupMaxRows && p.alibi_slopes == nullptr &&
-         p.dropout_p == 0.0f && p.attn_probs == nullptr;
+  // The swapped call's packed rows (total_q x group, or batch x seqlen_q x group) must stay int32
+  // row indices, as cu_seqlens are.
+  const int64_t rows = (p.cu_seqlens_q != nullptr ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q) * group;
+  return static_cast<int64_t>(p.seqlen_q) * group <= kKvGroupMaxRows && rows <= INT32_MAX &&
+         p.alibi_slopes == nullptr && p.dropout_p == 0.0f && p.attn_probs == nullptr;
 }
 
 void forward_kv_group_rows(const ForwardParams& p) {
