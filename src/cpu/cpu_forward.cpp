@@ -363,24 +363,23 @@ TilePlan plan_tiles(const ForwardParams& p, const Inputs& in) {
   return plan;
 }
 
-// Merges a split tile's partial results (FA2's rescale across splits):
-// m = max_s m_s,  l = sum_s 2^(m_s - m) l_s,  O = (sum_s 2^(m_s - m) O_s) / l,  LSE = (m + log2 l) ln 2.
-void combine_splits(const ForwardParams& p, const TilePlan& plan, const TilePlan::Split& split,
-                    const float* partials, std::vector<float>& out) {
+// Merges a split tile's partial results with the online softmax the tiles use, one run as one key
+// tile (FA2's rescale across splits): m = max(m, m_s), then l and O rescaled by 2^(m_old - m) take
+// l_s and O_s weighted by 2^(m_s - m); O / l and LSE = (m + log2 l) ln 2 at the end.
+void combine_splits(const ForwardParams& p, const TilePlan& plan, const TilePlan::Split& split, float* partials,
+                    std::vector<float>& out) {
   const QueryTile& tile = plan.tiles[split.first];
   const SequenceView seq = sequence_view(p, tile.batch_index);
   const int dim = p.head_dim, rows = std::min(kFwdBlockM, seq.seqlen_q - tile.row0);
   out.assign(static_cast<size_t>(rows) * dim, 0.0f);
   for (int r = 0; r < rows; ++r) {
     RowSoftmax row;
-    for (int s = 0; s < split.splits; ++s) {
-      const Partial part{const_cast<float*>(partials) + plan.tiles[split.first + s].partial, rows, dim};
-      row.max = std::max(row.max, part.max()[r]);
-    }
-    const float base = row.max == -std::numeric_limits<float>::infinity() ? 0.0f : row.max;
     float* o = out.data() + static_cast<int64_t>(r) * dim;
     for (int s = 0; s < split.splits; ++s) {
-      const Partial part{const_cast<float*>(partials) + plan.tiles[split.first + s].partial, rows, dim};
+      const Partial part{partials + plan.tiles[split.first + s].partial, rows, dim};
+      float rescale;
+      const float base = row.update_max(part.max()[r], &rescale);
+      if (rescale != 1.0f) scale_row(o, rescale, dim);
       const float weight = std::exp2(part.max()[r] - base);  // 0 for a run this row saw no key of
       row.sum += weight * part.sum()[r];
       const float* o_s = part.out() + static_cast<int64_t>(r) * dim;

@@ -216,15 +216,13 @@ void cpu_forward_kvcache(const KvCacheParams& p) {
   // heads under its mask through ScoreRule::rows_per_position), so the forward reads each K/V row
   // once per group instead of once per query head, with products of Sq x group rows.
   const int group = H / Hk;
-  const bool heads_as_rows = group > 1 && static_cast<int64_t>(Sq) * group <= kKvGroupMaxRows &&
-                             static_cast<int64_t>(B) * Sq * group <= INT32_MAX &&  // int32 rows in cu_q
-                             f.alibi_slopes == nullptr && f.dropout_p == 0.0f;
+  const bool heads_as_rows = group > 1 && kv_groups_as_rows(static_cast<int64_t>(Sq) * group, f) &&
+                             static_cast<int64_t>(B) * Sq * group <= INT32_MAX;  // int32 rows in cu_q
   const int rows_per_seq = heads_as_rows ? Sq * group : Sq;  // query rows of one sequence in the forward
   const int heads = heads_as_rows ? Hk : H;                  // query heads in the forward
   // Offset of (sequence b, token i, query head h) in the float32 q and out rows.
-  auto row_offset = [&](int64_t b, int i, int h) {
-    return heads_as_rows ? (((b * Sq + i) * group + h % group) * Hk + h / group) * D : ((b * Sq + i) * H + h) * D;
-  };
+  const GroupRows layout{heads_as_rows ? group : 1, heads, D};
+  auto row_offset = [&](int64_t b, int i, int h) { return layout.offset(b * Sq + i, h); };
   const size_t q_elems = static_cast<size_t>(B) * Sq * H * D;
   float* q = scratch.q.get(q_elems);
   parallel_tasks<RowScratch>(

@@ -20,32 +20,25 @@
 namespace tileattn::cpu {
 namespace {
 
-// Float32 rows in the swapped layout: packed query row r's head h = kv * group + g is row
-// r * group + g of KV head kv, (rows * group, Hk, D).  A sequence's packed rows are b * Sq + i in
-// batch form, cu_seqlens_q[b] + i in varlen form, so its swapped rows stay consecutive, token-major.
-struct SwappedRows {
-  int group, heads_k, dim;
-  int64_t offset(int64_t packed_row, int head) const {
-    return ((packed_row * group + head % group) * heads_k + head / group) * dim;
-  }
-};
+// q's packed rows: total_q in varlen form, batch x seqlen_q in batch form.
+int64_t packed_query_rows(const ForwardParams& p) {
+  return p.cu_seqlens_q != nullptr ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q;
+}
 
 }  // namespace
 
 bool kv_group_rows_apply(const ForwardParams& p) {
   const int64_t group = p.num_heads / p.num_heads_k;
-  // The swapped call's packed rows (total_q x group, or batch x seqlen_q x group) must stay int32
-  // row indices, as cu_seqlens are.
-  const int64_t rows = (p.cu_seqlens_q != nullptr ? p.total_q : static_cast<int64_t>(p.batch) * p.seqlen_q) * group;
-  return static_cast<int64_t>(p.seqlen_q) * group <= kKvGroupMaxRows && rows <= INT32_MAX &&
-         p.alibi_slopes == nullptr && p.dropout_p == 0.0f && p.attn_probs == nullptr;
+  // The swapped call's rows must stay int32 row indices, as cu_seqlens are.
+  return kv_groups_as_rows(static_cast<int64_t>(p.seqlen_q) * group, p) &&
+         packed_query_rows(p) * group <= INT32_MAX && p.attn_probs == nullptr;
 }
 
 void forward_kv_group_rows(const ForwardParams& p) {
   const int B = p.batch, H = p.num_heads, Hk = p.num_heads_k, D = p.head_dim, group = H / Hk;
   const bool varlen = p.cu_seqlens_q != nullptr;
-  const int64_t rows = varlen ? p.total_q : static_cast<int64_t>(B) * p.seqlen_q;  // packed query rows
-  const SwappedRows swapped{group, Hk, D};
+  const int64_t rows = packed_query_rows(p);
+  const GroupRows swapped{group, Hk, D};
   const size_t elements = static_cast<size_t>(rows) * H * D;
   std::unique_ptr<float[]> q(new float[elements]), out(new float[elements]);
   std::unique_ptr<float[]> lse(new float[static_cast<size_t>(rows) * H]);

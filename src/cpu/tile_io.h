@@ -75,8 +75,8 @@ inline Matrix padded_tile(tileattn_dtype dtype, const StridedRows& src, const Se
 
 // The addresses of rows row0 .. row0 + rows - 1 of one head where they lie, for kernels that read
 // rows one by one (any stride and element type): a contiguous cache's one stride apart, a paged
-// cache's a page's run at a time (one page lookup and its two 64-bit divisions a run of up to
-// page_size rows, not a row: tens of cycles each, against ~150 to stream a 512-byte row at 10 GB/s).
+// cache's a page's run at a time (a page lookup and four 64-bit divisions a run of up to page_size
+// rows, not a row: tens of cycles each, against ~150 to stream a 512-byte row at 10 GB/s).
 inline void row_addresses(tileattn_dtype dtype, const StridedRows& src, const SequenceView& s, int row0, int rows,
                           int head, const void** out) {
   const int64_t element = dtype == TILEATTN_FLOAT32 ? 4 : 2;
