@@ -9,9 +9,11 @@ bench/results/ with the machine, date and commit, and prints a table.
     python3 bench/cpu.py                       # the full sweep (B=1, H=8, D 64/128, S 1k-4k)
     python3 bench/cpu.py --seqlens 1024 --headdims 64 --dtypes bfloat16
     python3 bench/cpu.py --impls tileattn tileattn-sgemm torch   # AMX / AVX-512 and sgemm
+    python3 bench/cpu.py --impls tileattn tileattn-float32 torch --dtypes bfloat16
 `tileattn-sgemm` is tileattn with TILEATTN_CPU_AMX=off and TILEATTN_CPU_SIMD=off: its products on
 OpenBLAS's float32 sgemm, as on CPUs with neither AMX-BF16 nor AVX2 (on those it is the same as
-`tileattn`).
+`tileattn`).  `tileattn-float32` has TILEATTN_CPU_AMX=off alone: bf16 calls on the float32 SIMD
+products instead of AMX's tiles or AVX512-BF16's dot products (float32 calls are unchanged).
 """
 
 import argparse
@@ -30,20 +32,19 @@ import torch.nn.functional as F
 import tileattn
 
 
-IMPLS = ("tileattn", "tileattn-sgemm", "torch")
+IMPLS = ("tileattn", "tileattn-sgemm", "tileattn-float32", "torch")
 
 
-SGEMM_SWITCHES = ("TILEATTN_CPU_AMX", "TILEATTN_CPU_SIMD")
+# The switches each variant of tileattn sets to "off" while it is measured.
+SWITCHES_OFF = {"tileattn-sgemm": ("TILEATTN_CPU_AMX", "TILEATTN_CPU_SIMD"), "tileattn-float32": ("TILEATTN_CPU_AMX",)}
 
 
 @contextlib.contextmanager
 def products_of(impl):
-    """TILEATTN_CPU_AMX and TILEATTN_CPU_SIMD off while `tileattn-sgemm` is measured; the caller's
-    settings otherwise."""
-    saved = {name: os.environ.get(name) for name in SGEMM_SWITCHES}
-    if impl == "tileattn-sgemm":
-        for name in SGEMM_SWITCHES:
-            os.environ[name] = "off"
+    """SWITCHES_OFF[impl] off while impl is measured; the caller's settings otherwise."""
+    saved = {name: os.environ.get(name) for name in SWITCHES_OFF["tileattn-sgemm"]}
+    for name in SWITCHES_OFF.get(impl, ()):
+        os.environ[name] = "off"
     try:
         yield
     finally:

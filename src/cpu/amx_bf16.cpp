@@ -1,7 +1,10 @@
 #include "cpu/amx_bf16.h"
 
+#include <string>
+
 #include "common/env_choice.h"
 #include "cpu/amx_target.h"
+#include "cpu/bf16_dot_product.h"
 #include "tileattn/tileattn.hpp"
 
 #if TILEATTN_AMX_BUILT
@@ -32,15 +35,41 @@ bool hardware_ready() { return false; }
 
 }  // namespace
 
-bool enabled() {
-  static const bool ready = hardware_ready();
-  const int choice = env_choice("TILEATTN_CPU_AMX", {"auto", "off", "on"});
-  if (choice == 2 && !ready) {
+namespace {
+
+// `engine` where the CPU has it (`present`), else an error naming TILEATTN_CPU_AMX=`value`.
+Engine required(bool present, Engine engine, const char* value, const char* where) {
+  if (!present) {
     throw Error(ErrorCode::kUnsupported, "TILEATTN_CPU_AMX",
-                "TILEATTN_CPU_AMX=on, but this CPU or OS offers no AMX-BF16 tiles (they need a Sapphire Rapids "
-                "or later Xeon and Linux 5.16 or later); unset it to use them where present");
+                std::string("TILEATTN_CPU_AMX=") + value + ", but this CPU or OS lacks it (" + where +
+                    "); unset it to use it where present");
   }
-  return ready && choice != 1;
+  return engine;
+}
+
+}  // namespace
+
+Engine engine() {
+  static const bool tiles = hardware_ready(), dot = bf16_dot::hardware_ready();
+  switch (env_choice("TILEATTN_CPU_AMX", {"auto", "off", "on", "dot"})) {
+    case 1: return Engine::kNone;
+    case 2:
+      return required(tiles, Engine::kTiles, "on",
+                      "AMX-BF16 tiles need a Sapphire Rapids or later Xeon and Linux 5.16 or later");
+    case 3:
+      return required(dot, Engine::kDot, "dot",
+                      "AVX512-BF16: AMD Zen 4 and later, Intel Cooper Lake and Sapphire Rapids and later");
+    default: return tiles ? Engine::kTiles : dot ? Engine::kDot : Engine::kNone;
+  }
+}
+
+void product(Engine engine, int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c, int ldc,
+             bool accumulate) {
+  if (engine == Engine::kDot) {
+    bf16_dot::product(m, n, depth, a, b, c, ldc, accumulate);
+  } else {
+    tile_product(m, n, depth, a, b, c, ldc, accumulate);
+  }
 }
 
 #if TILEATTN_AMX_BUILT
@@ -101,8 +130,8 @@ TILEATTN_AMX_TARGET void product_block(const uint16_t* a, int lda, const uint16_
 // other AMX code in the process (torch's oneDNN on the same OpenMP thread) may have replaced, and
 // loading it costs far less than one 16 x 16 x 32 step does.  Released at the end so the thread
 // does not carry 8 KiB of live tile state through its context switches.
-TILEATTN_AMX_TARGET void product(int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c,
-                                 int ldc, bool accumulate) {
+TILEATTN_AMX_TARGET void tile_product(int m, int n, int depth, const RowsOperand& a, const PairsOperand& b,
+                                      float* c, int ldc, bool accumulate) {
   const TileConfig config;
   _tile_loadconfig(&config);
   const int steps = depth / kDepthPerStep;
@@ -127,7 +156,7 @@ TILEATTN_AMX_TARGET void product(int m, int n, int depth, const RowsOperand& a, 
   _tile_release();
 }
 #else
-void product(int, int, int, const RowsOperand&, const PairsOperand&, float*, int, bool) {
+void tile_product(int, int, int, const RowsOperand&, const PairsOperand&, float*, int, bool) {
   throw Error(ErrorCode::kInternal, "", "AMX product called in a build without AMX support");
 }
 #endif

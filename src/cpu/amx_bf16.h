@@ -9,9 +9,9 @@
 //   A (m x depth): rows of `ld` elements, m a multiple of 16, depth of 32;
 //   B (depth x n): "pairs" layout, element (k, n) at data[(k / 2) * ld + 2 * n + k % 2], so that one
 //   64-byte tile row holds 16 columns of two consecutive depth rows; n a multiple of 16.
-// Chosen at run time: the CPU must have AMX-BF16 and the OS must grant the tile state
-// (arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16); TILEATTN_CPU_AMX=off forces the sgemm path and
-// =on raises where AMX is missing, so tests can run both paths on one host.
+// Chosen at run time (engine() below): AMX needs the CPU's AMX-BF16 and the OS's grant of the tile
+// state (arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16); CPUs without it but with AVX512-BF16 run
+// the same operands through bf16_dot_product.h's vdpbf16ps kernel.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +24,16 @@ constexpr int kColsPerTile = 16;   // float32 columns of a C tile
 
 inline int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
 
-// True when the bf16 products of this call should run on AMX (reads TILEATTN_CPU_AMX each call;
-// raises naming it when it is "on" and the CPU or OS offers no AMX-BF16).
-bool enabled();
+// What multiplies a bf16 call's operands in these layouts: AMX's tiles, AVX512-BF16's dot products
+// (bf16_dot_product.h), or neither (the float32 products).
+enum class Engine { kNone, kTiles, kDot };
+
+// This call's engine, from TILEATTN_CPU_AMX (read on every call): auto takes the tiles where the CPU
+// and OS offer them, else the dot products where the CPU has AVX512-BF16 (AMD Zen 4 and later), else
+// none; off takes none; on takes the tiles and dot the dot products (so an AMX host tests the path of
+// CPUs without tiles), each raising an error naming the variable where the CPU lacks it.
+Engine engine();
+inline bool enabled() { return engine() != Engine::kNone; }
 
 struct RowsOperand {
   const uint16_t* data;
@@ -38,9 +45,14 @@ struct PairsOperand {
   int ld;  // elements from one depth pair to the next: at least 2 n
 };
 
-// C (m x n float32, rows ldc apart) = A B, or C + A B with `accumulate`.  m and n multiples of 16,
-// depth of 32, and C must have room for them.
-void product(int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c, int ldc, bool accumulate);
+// C (m x n float32, rows ldc apart) = A B, or C + A B with `accumulate`, on `engine` (not kNone).
+// m and n multiples of 16, depth of 32, and C must have room for them.
+void product(Engine engine, int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c, int ldc,
+             bool accumulate);
+
+// product on the tiles alone (the decode's products on a cache in place, amx_cache_tiles.h).
+void tile_product(int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c, int ldc,
+                  bool accumulate);
 
 // dst (rows_padded x depth_padded, rows dst_ld apart) <- src (rows x depth float32, ld src_ld)
 // rounded to bf16 (nearest even; subnormal floats, below 1.2e-38, become 0: VCVTNEPS2BF16 treats

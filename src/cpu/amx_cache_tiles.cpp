@@ -31,7 +31,7 @@ void cache_scores(const StridedRows& k, const SequenceView& seq, int head, int c
     int run = 0;
     while (g + run + kRowsPerTile <= cols && spaced(g + run, kRowsPerTile)) run += kRowsPerTile;
     if (run > 0) {
-      product(run, n, dim, {base + first, static_cast<int>(k.row_stride)}, {w.q_transposed.data(), 2 * n},
+      tile_product(run, n, dim, {base + first, static_cast<int>(k.row_stride)}, {w.q_transposed.data(), 2 * n},
               w.scores_transposed.data() + static_cast<int64_t>(g) * n, n, false);
       g += run;
       continue;
@@ -44,7 +44,7 @@ void cache_scores(const StridedRows& k, const SequenceView& seq, int head, int c
         std::fill(row, row + dim, uint16_t{0});
       }
     }
-    product(kRowsPerTile, n, dim, {w.k_rows.data(), dim}, {w.q_transposed.data(), 2 * n},
+    tile_product(kRowsPerTile, n, dim, {w.k_rows.data(), dim}, {w.q_transposed.data(), 2 * n},
             w.scores_transposed.data() + static_cast<int64_t>(g) * n, n, false);
     g += kRowsPerTile;
   }
@@ -85,7 +85,7 @@ void cache_accumulate_pv(const StridedRows& v, const SequenceView& seq, int head
                     odd < cols ? base + v.offset(seq, col0 + odd, head) : nullptr, dim,
                     w.v_pairs.data() + static_cast<int64_t>(t) * 2 * dim);
   }
-  product(rows_padded, dim, depth, {p, p_ld}, {w.v_pairs.data(), 2 * dim}, out, out_ld, true);
+  tile_product(rows_padded, dim, depth, {p, p_ld}, {w.v_pairs.data(), 2 * dim}, out, out_ld, true);
 }
 #else
 void cache_accumulate_pv(const StridedRows&, const SequenceView&, int, int, int, int, int, const uint16_t*, int,

@@ -135,6 +135,7 @@ struct Inputs {
   Float32Rows q, dout;
   StridedRows k, v;
   const PackedQueryTiles* packed = nullptr;
+  amx::Engine bf16 = amx::Engine::kNone;  // what multiplies packed's bf16 operands
   const simd::Kernels* simd = nullptr;  // float32 products on AVX-512 or AVX2 (null: sgemm), where packed is null
 };
 
@@ -161,26 +162,26 @@ void pack_on_amx(int rows, int cols, BackwardScratch& w) {
                  amx::round_up(cols, amx::kDepthPerStep), w.ds_rows.data(), kBwdBlockN);
 }
 
-// dV^T += dO^T (Z o P), dK^T += Q^T dS, dQ += dS K on AMX, from the packed P and dS.
-void products_on_amx(const PackedQueryTiles& packed, const KeyChunk& task, int query_tile, int rows, int cols,
-                     int dim, float* dq_rows, BackwardScratch& w) {
+// dV^T += dO^T (Z o P), dK^T += Q^T dS, dQ += dS K on `bf16`'s engine, from the packed P and dS.
+void products_on_amx(amx::Engine bf16, const PackedQueryTiles& packed, const KeyChunk& task, int query_tile, int rows,
+                     int cols, int dim, float* dq_rows, BackwardScratch& w) {
   const int rows_deep = amx::round_up(rows, amx::kDepthPerStep), cols_wide = amx::round_up(cols, amx::kColsPerTile);
   const int cols_deep = amx::round_up(cols, amx::kDepthPerStep), columns = packed.columns();
   using Block = PackedQueryTiles::Block;
   const uint16_t* dout_t = packed.block(Block::kDoutTransposed, task.batch_index, task.head, query_tile);
   const uint16_t* q_t = packed.block(Block::kQTransposed, task.batch_index, task.head, query_tile);
-  amx::product(columns, cols_wide, rows_deep, {dout_t, kBwdBlockM}, {w.p_pairs.data(), 2 * cols_wide},
+  amx::product(bf16, columns, cols_wide, rows_deep, {dout_t, kBwdBlockM}, {w.p_pairs.data(), 2 * cols_wide},
                w.dv_transposed.data(), kBwdBlockN, true);
-  amx::product(columns, cols_wide, rows_deep, {q_t, kBwdBlockM}, {w.ds_pairs.data(), 2 * cols_wide},
+  amx::product(bf16, columns, cols_wide, rows_deep, {q_t, kBwdBlockM}, {w.ds_pairs.data(), 2 * cols_wide},
                w.dk_transposed.data(), kBwdBlockN, true);
   // dQ's rows take the product's sums in place when they are whole C tiles (16 rows, a D of 16s);
   // otherwise the product would write past the tile's rows, so it goes through dq_tile.
   if (rows % amx::kRowsPerTile == 0 && columns == dim) {
-    amx::product(rows, columns, cols_deep, {w.ds_rows.data(), kBwdBlockN}, {w.k_pairs.data(), 2 * columns}, dq_rows,
+    amx::product(bf16, rows, columns, cols_deep, {w.ds_rows.data(), kBwdBlockN}, {w.k_pairs.data(), 2 * columns}, dq_rows,
                  dim, true);
     return;
   }
-  amx::product(amx::round_up(rows, amx::kRowsPerTile), columns, cols_deep, {w.ds_rows.data(), kBwdBlockN},
+  amx::product(bf16, amx::round_up(rows, amx::kRowsPerTile), columns, cols_deep, {w.ds_rows.data(), kBwdBlockN},
                {w.k_pairs.data(), 2 * columns}, w.dq_tile.data(), columns, false);
   for (int r = 0; r < rows; ++r) {
     float* dst = dq_rows + static_cast<int64_t>(r) * dim;
@@ -253,7 +254,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       const Matrix dout_tile = query_side(dout, w.dout.data(), ops.dout_rows.data());
       // S = Q K^T and dP = dO V^T on AMX: the packed query-side block times K^T or V^T as pairs.
       auto scores_on_amx = [&](PackedQueryTiles::Block rows_block, const uint16_t* keys_transposed, float* c) {
-        amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(seen, amx::kColsPerTile), packed->depth(),
+        amx::product(in.bf16, amx::round_up(rows, amx::kRowsPerTile), amx::round_up(seen, amx::kColsPerTile), packed->depth(),
                      {packed->block(rows_block, task.batch_index, task.head, query_tile), packed->depth()},
                      {keys_transposed, 2 * kBwdBlockN}, c, kBwdBlockN, false);
       };
@@ -294,7 +295,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
         amx::backward_operands(w.probs.data(), w.dprobs.data(), softcap ? w.dtanh.data() : nullptr, kBwdBlockN,
                                w.lse_log2.data(), w.delta.data(), rows, seen, w.p_pairs.data(), w.ds_pairs.data(),
                                w.ds_rows.data(), kBwdBlockN);
-        products_on_amx(*packed, task, query_tile, rows, seen, dim, dq_rows, w);
+        products_on_amx(in.bf16, *packed, task, query_tile, rows, seen, dim, dq_rows, w);
         continue;
       }
       if (dropout.enabled) {
@@ -321,7 +322,7 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       // dV += (Z o P)^T dO;  dK += dS^T Q;  dQ += dS K.
       if (packed != nullptr) {
         pack_on_amx(rows, seen, w);
-        products_on_amx(*packed, task, query_tile, rows, seen, dim, dq_rows, w);
+        products_on_amx(in.bf16, *packed, task, query_tile, rows, seen, dim, dq_rows, w);
         continue;
       }
       if (in.simd != nullptr) {
@@ -442,10 +443,11 @@ void cpu_backward(const BackwardParams& p) {
   Inputs in;
   in.k = k_like(f.k, f.k_batch_stride, f.k_row_stride, f.k_head_stride);
   in.v = k_like(f.v, f.v_batch_stride, f.v_row_stride, f.v_head_stride);
-  // bf16 products on AMX where the CPU has it: Q and dO packed from the call's tensors, without the
-  // float32 copies the sgemm path reads.
+  // bf16 products on AMX or AVX512-BF16 where the CPU has either: Q and dO packed from the call's
+  // tensors, without the float32 copies the sgemm path reads.
   std::unique_ptr<PackedQueryTiles> packed;
-  if (f.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
+  in.bf16 = f.dtype == TILEATTN_BFLOAT16 ? amx::engine() : amx::Engine::kNone;
+  if (in.bf16 != amx::Engine::kNone) {
     packed = std::make_unique<PackedQueryTiles>(f, q_like(f.q, f.q_batch_stride, f.q_row_stride, f.q_head_stride),
                                                 q_like(p.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride));
     in.packed = packed.get();

@@ -1,8 +1,8 @@
 // The CPU forward: FlashAttention-2's Algorithm 1 on float32 tiles.  One task owns one query tile
 // of one (batch, head) and sweeps the key tiles it can see, keeping only kFwdBlockM x kFwdBlockN scores
 // alive at a time; no seqlen^2 buffer exists.  The two products run on AVX-512 or AVX2 over float32
-// tiles (sgemm where the CPU has neither), or for bfloat16 on a CPU with AMX on its bf16 tiles (P
-// rounded to bf16 for P V, as the GPU kernels do).
+// tiles (sgemm where the CPU has neither), or for bfloat16 on a CPU with AMX or AVX512-BF16 on bf16
+// operands (P rounded to bf16 for P V, as the GPU kernels do).
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -79,6 +79,7 @@ struct Inputs {
   const Float32KeyTiles* float32_tiles = nullptr;
   const simd::Kernels* simd = nullptr;  // the SIMD products, with float32_tiles or few_rows()
   const PackedKeyTiles* packed = nullptr;
+  amx::Engine bf16 = amx::Engine::kNone;  // what multiplies packed's bf16 operands
   bool cache_tiles = false;
   int rows_per_position = 1;  // ScoreRule::rows_per_position (a KV group's heads as rows)
 
@@ -105,7 +106,7 @@ void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& 
   float* scores = w.scores.data() + static_cast<int64_t>(row_lo) * kFwdBlockN;
   if (in.packed != nullptr) {
     const int depth = in.packed->depth();
-    amx::product(amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), depth,
+    amx::product(in.bf16, amx::round_up(rows, amx::kRowsPerTile), amx::round_up(cols, amx::kColsPerTile), depth,
                  {w.q_packed.data() + static_cast<int64_t>(row_lo) * depth, depth},
                  {in.packed->k_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * kFwdBlockN}, scores, kFwdBlockN,
                  false);
@@ -260,7 +261,7 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
       amx::cache_accumulate_pv(in.v.rows, seq, head_k, col0, cols, rows_padded, dim, w.p_packed.data(), kFwdBlockN,
                                *w.cache, w.out.data(), w.out_ld);
     } else if (packed != nullptr) {
-      amx::product(amx_rows, packed->columns(), depth, {w.p_packed.data() + lo_scores, kFwdBlockN},
+      amx::product(in.bf16, amx_rows, packed->columns(), depth, {w.p_packed.data() + lo_scores, kFwdBlockN},
                    {packed->v_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * packed->columns()},
                    out_rows, w.out_ld, true);
     } else if (in.float32_tiles != nullptr) {
@@ -417,9 +418,10 @@ void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, cons
   in.rows_per_position = rows_per_position;
   in.cache_tiles = products == KvProducts::kAmxInPlace;
   if (products == KvProducts::kSimdFewRows) in.simd = simd::kernels();
-  if (products == KvProducts::kAmxPacked) {
+  if (products == KvProducts::kAmxPacked || products == KvProducts::kDotPacked) {
     const PackedKeyTiles packed(p, kv_dtype, in.k.rows, in.v.rows);
     in.packed = &packed;
+    in.bf16 = products == KvProducts::kAmxPacked ? amx::Engine::kTiles : amx::Engine::kDot;
     run_tiles(p, in);
     return;
   }
@@ -446,7 +448,9 @@ constexpr int kFewRowsMaxOverAmx = 4;
 
 // bf16 products on AMX: with K/V packed once for a chunk of prefill; a decode step's rows read a bf16
 // cache in place (packing would add a pass over the whole cache), where its head dim allows, unless
-// they are few enough for the few-row kernels below.  Other calls take the SIMD float32 kernels: with
+// they are few enough for the few-row kernels below.  On AVX512-BF16 without AMX, a chunk of prefill
+// likewise on K/V packed once; a decode step, bound by reading the cache, on the few-row kernels (the
+// dot products' 16-row operands would pad a group's rows as AMX's do).  Other calls take the SIMD float32 kernels: with
 // as many rows on K^T and V laid out once; with fewer (a decode step) the few-row kernels, which read
 // a head's rows in place (bf16/fp16 widened as loaded), requested rows ahead across the gaps between
 // them, across pages and into the next tile (1 x 32k, 32/8 heads, d128, fp32: 10.9 -> 21.3 GB/s
@@ -456,7 +460,12 @@ constexpr int kFewRowsMaxOverAmx = 4;
 // they take 0.99-1.03x its time at 8 x 8k 4/1 d64 and 0.77-0.84x at 1 x 64k 8/1 d128.
 KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype, int rows_per_seq, int dim) {
   const bool few_rows = simd::kernels() != nullptr && rows_per_seq < kPackedMinQueryRows;
-  if (call_dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
+  const amx::Engine bf16 = call_dtype == TILEATTN_BFLOAT16 ? amx::engine() : amx::Engine::kNone;
+  if (bf16 == amx::Engine::kDot) {
+    if (rows_per_seq >= kPackedMinQueryRows) return KvProducts::kDotPacked;
+    return few_rows ? KvProducts::kSimdFewRows : KvProducts::kSgemm;
+  }
+  if (bf16 == amx::Engine::kTiles) {
     if (rows_per_seq >= kPackedMinQueryRows) return KvProducts::kAmxPacked;
     if (few_rows && rows_per_seq <= kFewRowsMaxOverAmx) return KvProducts::kSimdFewRows;
     if (kv_dtype == TILEATTN_BFLOAT16 && dim % amx::kDepthPerStep == 0 && rows_per_seq <= amx::kCacheTileMaxRows) {
@@ -478,12 +487,14 @@ void cpu_forward(const ForwardParams& p) {
     return;
   }
   if (p.attn_probs != nullptr) clear_probs(p);
-  // bf16 products on AMX where the CPU has it.
-  if (p.dtype == TILEATTN_BFLOAT16 && amx::enabled()) {
+  // bf16 products on AMX or AVX512-BF16 where the CPU has either.
+  const amx::Engine bf16 = p.dtype == TILEATTN_BFLOAT16 ? amx::engine() : amx::Engine::kNone;
+  if (bf16 != amx::Engine::kNone) {
     const PackedKeyTiles packed(p, p.dtype, StridedRows{p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, true},
                                 StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true});
     Inputs in{rows_of(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, false), {}, {}};
     in.packed = &packed;
+    in.bf16 = bf16;
     run_tiles(p, in);
     return;
   }

@@ -35,15 +35,15 @@ struct GroupRows {
 // and, with `pages`, their key rows are the page map's rows (p's k/v batch strides step a page, the
 // row and head strides are within one; the sequences' key rows through cu_seqlens_k as usual).
 // The products: sgemm on float32 tiles; or on AMX (the caller's call is bf16, its K/V values bf16
-// in whatever dtype they are held, amx::enabled(); q rounded to bf16 for S = Q K^T) with K and V
-// packed once (kAmxPacked), or read in place (kAmxInPlace: kv_dtype bf16, a head dim that is a
+// in whatever dtype they are held, amx::engine() kTiles; q rounded to bf16 for S = Q K^T) with K and V
+// packed once (kAmxPacked; kDotPacked the same on AVX512-BF16, amx::engine() kDot), or read in place (kAmxInPlace: kv_dtype bf16, a head dim that is a
 // multiple of 32, at most amx::kCacheTileMaxRows query rows a sequence; amx_cache_tiles.h); or on
 // AVX-512 or AVX2 (simd::kernels()) with K^T and V laid out once as float32 blocks (kSimdTiles), or
 // read tile by tile by the few-row kernels (kSimdFewRows: a decode step's handful of rows).
 // rows_per_position > 1: p's query rows are GroupRows of group rows_per_position (a token's heads
 // consecutive, ScoreRule::rows_per_position), p.num_heads the KV heads, p.seqlen_q (and
 // cu_seqlens_q) counting rows; the caller checked kv_groups_as_rows.
-enum class KvProducts { kSgemm, kAmxPacked, kAmxInPlace, kSimdTiles, kSimdFewRows };
+enum class KvProducts { kSgemm, kAmxPacked, kDotPacked, kAmxInPlace, kSimdTiles, kSimdFewRows };
 void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages = nullptr,
                            KvProducts products = KvProducts::kSgemm, int rows_per_position = 1);
 

@@ -1,7 +1,8 @@
-// The AMX bf16 products and their packing (cpu/amx_bf16.*) against float64 sums of the same
-// bf16-rounded operands, at sizes that leave partial tiles in every dimension, for both B layouts
-// the forward and backward use (M^T for S = Q K^T, M for O += P V), with and without accumulating
-// into C.  Skipped on CPUs without AMX-BF16; the TILEATTN_CPU_AMX switch is checked everywhere.
+// The bf16 products on each engine the CPU offers (AMX's tiles, cpu/amx_bf16.*; AVX512-BF16's dot
+// products, cpu/bf16_dot_product.*) and their packing against float64 sums of the same bf16-rounded
+// operands, at sizes that leave partial tiles in every dimension, for both B layouts the forward and
+// backward use (M^T for S = Q K^T, M for O += P V), with and without accumulating into C.  Skipped
+// on CPUs with neither; the TILEATTN_CPU_AMX switch is checked everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,6 +31,25 @@ class ScopedEnv {
   const char* name_;
 };
 
+// The engine TILEATTN_CPU_AMX=`value` takes, or kNone where it raises (the CPU lacks it).
+amx::Engine engine_with(const char* value) {
+  ScopedEnv env("TILEATTN_CPU_AMX", value);
+  try {
+    return amx::engine();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "TILEATTN_CPU_AMX");
+    return amx::Engine::kNone;
+  }
+}
+
+std::vector<amx::Engine> engines_present() {
+  std::vector<amx::Engine> engines;
+  for (const char* value : {"on", "dot"}) {
+    if (engine_with(value) != amx::Engine::kNone) engines.push_back(engine_with(value));
+  }
+  return engines;
+}
+
 std::vector<float> random_floats(size_t count, std::mt19937& rng) {
   std::normal_distribution<float> normal;
   std::vector<float> values(count);
@@ -45,7 +65,8 @@ struct Shape {
 
 // C = [C0 +] A^(T) B^(T): A from a matrix (depth x m when a_transposed, else m x depth), B from one
 // (n x depth when transposed, else depth x n).
-void check_product(const Shape& s, bool a_transposed, bool transposed, bool accumulate, std::mt19937& rng) {
+void check_product(amx::Engine engine, const Shape& s, bool a_transposed, bool transposed, bool accumulate,
+                   std::mt19937& rng) {
   const int m_pad = round_up(s.m, amx::kRowsPerTile), n_pad = round_up(s.n, amx::kColsPerTile);
   const int depth_pad = round_up(s.depth, amx::kDepthPerStep);
   const int a_ld = (a_transposed ? s.m : s.depth) + 3, b_ld = (transposed ? s.depth : s.n) + 5;  // not packed widths
@@ -70,7 +91,7 @@ void check_product(const Shape& s, bool a_transposed, bool transposed, bool accu
   const int ldc = n_pad + 16;
   std::vector<float> c = random_floats(static_cast<size_t>(m_pad) * ldc, rng);
   const std::vector<float> c0 = c;
-  amx::product(m_pad, n_pad, depth_pad, {a_packed.data(), a_packed_ld}, {b_packed.data(), 2 * n_pad}, c.data(), ldc,
+  amx::product(engine, m_pad, n_pad, depth_pad, {a_packed.data(), a_packed_ld}, {b_packed.data(), 2 * n_pad}, c.data(), ldc,
                accumulate);
 
   for (int i = 0; i < m_pad; ++i) {
@@ -90,20 +111,26 @@ void check_product(const Shape& s, bool a_transposed, bool transposed, bool accu
       }
       // float32 sums of exact products: at most depth roundings of the running sum.
       const double tolerance = (s.depth + 2) * 0x1p-24 * magnitude + 1e-30;
-      ASSERT_NEAR(c[at], want, tolerance) << "m " << s.m << " n " << s.n << " depth " << s.depth << " at (" << i
+      ASSERT_NEAR(c[at], want, tolerance) << (engine == amx::Engine::kDot ? "dot" : "tiles") << " m " << s.m << " n " << s.n << " depth " << s.depth << " at (" << i
                                           << ", " << j << ")" << (a_transposed ? " A^T" : "") << (transposed ? " B^T" : "");
     }
   }
 }
 
 TEST(AmxProducts, MatchFloat64SumsOfBf16Operands) {
-  if (!amx::enabled()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
+  const std::vector<amx::Engine> engines = engines_present();
+  if (engines.empty()) GTEST_SKIP() << "neither AMX-BF16 nor AVX512-BF16 on this CPU/OS";
   std::mt19937 rng(20261205);
-  for (const Shape& s : {Shape{1, 1, 1}, Shape{16, 16, 32}, Shape{17, 33, 47}, Shape{256, 128, 128},
-                         Shape{200, 72, 72}, Shape{31, 256, 256}, Shape{48, 16, 200}}) {
-    for (bool a_transposed : {false, true}) {
-      for (bool transposed : {true, false}) {
-        for (bool accumulate : {false, true}) check_product(s, a_transposed, transposed, accumulate, rng);
+  // n 64, 96, 112 (and 80 above): the dot kernel's column panels of 4 vectors with 0, 2, 3 (and 1) left
+  // over.
+  for (amx::Engine engine : engines) {
+    for (const Shape& s : {Shape{1, 1, 1}, Shape{16, 16, 32}, Shape{17, 33, 47}, Shape{256, 128, 128},
+                           Shape{200, 72, 72}, Shape{31, 256, 256}, Shape{48, 16, 200}, Shape{20, 64, 64},
+                           Shape{33, 96, 80}, Shape{16, 112, 40}}) {
+      for (bool a_transposed : {false, true}) {
+        for (bool transposed : {true, false}) {
+          for (bool accumulate : {false, true}) check_product(engine, s, a_transposed, transposed, accumulate, rng);
+        }
       }
     }
   }
@@ -111,7 +138,7 @@ TEST(AmxProducts, MatchFloat64SumsOfBf16Operands) {
 
 TEST(AmxProducts, PackingZeroesThePadding) {
   // Padding must be 0, not just finite: the padded P columns meet V rows that hold real keys.
-  if (!amx::enabled()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
+  if (!amx::enabled()) GTEST_SKIP() << "neither AMX-BF16 nor AVX512-BF16 on this CPU/OS";
   const float nan = std::nanf("");
   std::vector<float> src(4 * 4, nan);
   std::vector<uint16_t> out(64 * 32, 0x7FC0);
@@ -131,7 +158,7 @@ TEST(AmxProducts, Exp2RowMatchesTheGenericExp2) {
   // P for the AMX path (AVX-512, FMA) against exp2_shifted_sum (the generic loops) rounded to
   // bf16: within one bf16 step (the two round differently in float's last bit), the same sum to
   // float rounding, 0 for -inf and below -126, NaN kept, zeros in the padding.
-  if (!amx::enabled()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
+  if (!amx::enabled()) GTEST_SKIP() << "neither AMX-BF16 nor AVX512-BF16 on this CPU/OS";
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> spread(-140.0f, 3.0f);
   for (int count : {1, 15, 16, 17, 100, 128}) {
@@ -177,7 +204,7 @@ TEST(AmxProducts, BackwardOperandsMatchTheSeparateLoops) {
   // (times tanh'), then pack_pairs of P and dS and pack_rows of dS.  Within one bf16 step (its
   // exp2 is the degree-4 polynomial), zeros in all the padding, nothing read past the columns
   // (NaN there), -inf scores to 0.
-  if (!amx::enabled()) GTEST_SKIP() << "no AMX-BF16 on this CPU/OS";
+  if (!amx::enabled()) GTEST_SKIP() << "neither AMX-BF16 nor AVX512-BF16 on this CPU/OS";
   constexpr int kLd = 256;
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> spread(-30.0f, 2.0f);
@@ -243,18 +270,12 @@ TEST(AmxProducts, SwitchReadsTheEnvironment) {
     ScopedEnv bad("TILEATTN_CPU_AMX", "yes");
     EXPECT_THROW(amx::enabled(), Error);
   }
-  const bool present = amx::enabled();
-  ScopedEnv on("TILEATTN_CPU_AMX", "on");
-  if (present) {
-    EXPECT_TRUE(amx::enabled());
-  } else {
-    try {
-      amx::enabled();
-      FAIL() << "TILEATTN_CPU_AMX=on without AMX did not raise";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.argument(), "TILEATTN_CPU_AMX");
-    }
-  }
+  // on and dot take their engine or raise naming the variable (engine_with checks the name); auto
+  // prefers the tiles, then the dot products.
+  const amx::Engine tiles = engine_with("on"), dot = engine_with("dot");
+  EXPECT_TRUE(tiles == amx::Engine::kNone || tiles == amx::Engine::kTiles);
+  EXPECT_TRUE(dot == amx::Engine::kNone || dot == amx::Engine::kDot);
+  EXPECT_EQ(engine_with("auto"), tiles != amx::Engine::kNone ? tiles : dot);
 }
 
 }  // namespace

@@ -56,7 +56,11 @@ def test_padded_batch_through_varlen_matches_each_sequence_alone(device):
     for b, n in enumerate(lengths):
         alone = flash_attn_func(q[b:b + 1, :n].detach(), k[b:b + 1, :n].detach(), v[b:b + 1, :n].detach(),
                                 causal=True)
-        torch.testing.assert_close(out[b:b + 1, :n], alone)
+        # The two calls may take different product paths on the CPU (the packed call's 80 rows a KV
+        # head round P to bf16 on AMX or AVX512-BF16, a lone short sequence's few rows keep it float32),
+        # so they agree to a few bf16 steps of the outputs (|out| < 2: steps of 2^-7 at most), not bit
+        # for bit; a row or sequence taken from the wrong place differs by the outputs' own size.
+        torch.testing.assert_close(out[b:b + 1, :n], alone, atol=3e-2, rtol=2e-2)
         assert torch.all(out[b, n:] == 0)
         for name, x in (("q", q), ("k", k), ("v", v)):
             assert torch.all(x.grad[b, n:] == 0), f"{name}: padded positions got a gradient"

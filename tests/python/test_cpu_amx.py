@@ -1,10 +1,12 @@
-"""The CPU backend's bfloat16 tile products on AMX (src/cpu/amx_bf16.*), chosen on every call by
-TILEATTN_CPU_AMX (auto: AMX where the CPU and OS offer it; off: sgemm on float32 copies; on: AMX or
-an error).  The rest of the suite runs bf16 CPU calls on the path the host takes, and
-scripts/test.sh runs the core numeric files again with it off, so an AMX host tests both.  Here:
-both paths against float64 with the tiles' padding exercised in every dimension (rows, head dims
-that are not multiples of 16 or 32, key spans that start inside a key tile), `on` giving the
-same bits as `auto`, and the switch's errors."""
+"""The CPU backend's bfloat16 products on bf16 operands, on AMX's tiles (src/cpu/amx_bf16.*) or
+AVX512-BF16's dot products (src/cpu/bf16_dot_product.*), chosen on every call by TILEATTN_CPU_AMX
+(auto: the tiles where the CPU and OS offer them, else the dot products where the CPU has them; off:
+float32 products on float32 copies; on: the tiles or an error; dot: the dot products or an error).
+The rest of the suite runs bf16 CPU calls on the path the host takes, and scripts/test.sh runs the
+core numeric files again with it off, so a host with either engine tests both paths.  Here: each
+path against float64 with the tiles' padding exercised in every dimension (rows, head dims that are
+not multiples of 16 or 32, key spans that start inside a key tile), the engine auto takes giving
+the same bits as naming it, and the switch's errors."""
 
 import pytest
 import torch
@@ -17,16 +19,22 @@ from tileattn import flash_attn_func
 
 
 AMX = cpu_switch_takes("TILEATTN_CPU_AMX", "on", torch.bfloat16)
+DOT = cpu_switch_takes("TILEATTN_CPU_AMX", "dot", torch.bfloat16)
+PRESENT = {"off": True, "on": AMX, "dot": DOT}
+
+
+def take_path(monkeypatch, path):
+    if not PRESENT[path]:
+        pytest.skip(f"TILEATTN_CPU_AMX={path}: this CPU or OS lacks its instructions")
+    monkeypatch.setenv("TILEATTN_CPU_AMX", path)
 SHAPES = [(1, 1, 1, 1, 1, 8), (2, 17, 127, 4, 2, 64), (1, 300, 1000, 7, 1, 72), (1, 1000, 333, 2, 2, 256)]
 
 
-@pytest.mark.parametrize("path", ["off", "on"])
+@pytest.mark.parametrize("path", ["off", "on", "dot"])
 @pytest.mark.parametrize("mask", ["none", "window", "causal_window"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_both_product_paths_hold_the_rule(monkeypatch, path, mask, shape):
-    if path == "on" and not AMX:
-        pytest.skip("this CPU or OS offers no AMX-BF16")
-    monkeypatch.setenv("TILEATTN_CPU_AMX", path)
+def test_every_product_path_holds_the_rule(monkeypatch, path, mask, shape):
+    take_path(monkeypatch, path)
     causal, window = MASKS[mask]
     run_and_compare("cpu", torch.bfloat16, shape, causal=causal, window_size=window)
 
@@ -53,24 +61,25 @@ DECODE_CASES = {
 }
 
 
-@pytest.mark.parametrize("path", ["off", "on"])
+@pytest.mark.parametrize("path", ["off", "on", "dot"])
 @pytest.mark.parametrize("case", [*PREFILL_CASES, *DECODE_CASES])
 def test_kvcache_calls_hold_the_rule(monkeypatch, path, case):
-    if path == "on" and not AMX:
-        pytest.skip("this CPU or OS offers no AMX-BF16")
-    monkeypatch.setenv("TILEATTN_CPU_AMX", path)
+    take_path(monkeypatch, path)
     opts = dict(DEFAULTS, **{**PREFILL_CASES, **DECODE_CASES}[case])
     args, slot, first = make_problem(opts, torch.bfloat16, "cpu")
     out, lse = tileattn.flash_attn_with_kvcache(**args)
     check_against_reference(opts, torch.bfloat16, args, slot, first, out, lse)
 
 
-def test_on_gives_the_bits_of_auto_or_raises(monkeypatch):
+@pytest.mark.parametrize("path", ["on", "dot"])
+def test_an_engine_named_gives_the_bits_of_auto_or_raises(monkeypatch, path):
     q, k, v = (torch.randn(2, 200, 4, 64, dtype=torch.bfloat16) for _ in range(3))
     auto = flash_attn_func(q, k, v, causal=True)
-    monkeypatch.setenv("TILEATTN_CPU_AMX", "on")
-    if AMX:
-        assert torch.equal(flash_attn_func(q, k, v, causal=True), auto)
+    monkeypatch.setenv("TILEATTN_CPU_AMX", path)
+    auto_takes = "on" if AMX else "dot" if DOT else "off"
+    if PRESENT[path]:
+        out = flash_attn_func(q, k, v, causal=True)
+        assert torch.equal(out, auto) == (path == auto_takes)
     else:
         with pytest.raises(tileattn.TileattnError) as raised:
             flash_attn_func(q, k, v, causal=True)
