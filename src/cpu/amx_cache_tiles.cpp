@@ -14,8 +14,8 @@ void pack_cache_query(const float* q, int64_t q_ld, int rows, int dim, CacheTile
   pack_pairs_transposed(q, static_cast<int>(q_ld), rows, dim, w.query_columns, dim, w.q_transposed.data());
 }
 
-void cache_scores(const StridedRows& k, const SequenceView& seq, int head, int col0, int cols, int rows, int dim,
-                  CacheTileScratch& w, float* scores, int lds) {
+void cache_scores(Engine engine, const StridedRows& k, const SequenceView& seq, int head, int col0, int cols,
+                  int rows, int dim, CacheTileScratch& w, float* scores, int lds) {
   const uint16_t* base = static_cast<const uint16_t*>(k.data);
   const int n = w.query_columns;
   for (int g = 0; g < cols;) {
@@ -31,7 +31,7 @@ void cache_scores(const StridedRows& k, const SequenceView& seq, int head, int c
     int run = 0;
     while (g + run + kRowsPerTile <= cols && spaced(g + run, kRowsPerTile)) run += kRowsPerTile;
     if (run > 0) {
-      tile_product(run, n, dim, {base + first, static_cast<int>(k.row_stride)}, {w.q_transposed.data(), 2 * n},
+      product(engine, run, n, dim, {base + first, static_cast<int>(k.row_stride)}, {w.q_transposed.data(), 2 * n},
               w.scores_transposed.data() + static_cast<int64_t>(g) * n, n, false);
       g += run;
       continue;
@@ -44,7 +44,7 @@ void cache_scores(const StridedRows& k, const SequenceView& seq, int head, int c
         std::fill(row, row + dim, uint16_t{0});
       }
     }
-    tile_product(kRowsPerTile, n, dim, {w.k_rows.data(), dim}, {w.q_transposed.data(), 2 * n},
+    product(engine, kRowsPerTile, n, dim, {w.k_rows.data(), dim}, {w.q_transposed.data(), 2 * n},
             w.scores_transposed.data() + static_cast<int64_t>(g) * n, n, false);
     g += kRowsPerTile;
   }
@@ -75,8 +75,9 @@ TILEATTN_AMX_TARGET void interleave_rows(const uint16_t* even, const uint16_t* o
 
 }  // namespace
 
-void cache_accumulate_pv(const StridedRows& v, const SequenceView& seq, int head, int col0, int cols, int rows_padded,
-                         int dim, const uint16_t* p, int p_ld, CacheTileScratch& w, float* out, int out_ld) {
+void cache_accumulate_pv(Engine engine, const StridedRows& v, const SequenceView& seq, int head, int col0, int cols,
+                         int rows_padded, int dim, const uint16_t* p, int p_ld, CacheTileScratch& w, float* out,
+                         int out_ld) {
   const uint16_t* base = static_cast<const uint16_t*>(v.data);
   const int depth = round_up(cols, kDepthPerStep);
   for (int t = 0; t < depth / 2; ++t) {
@@ -85,10 +86,10 @@ void cache_accumulate_pv(const StridedRows& v, const SequenceView& seq, int head
                     odd < cols ? base + v.offset(seq, col0 + odd, head) : nullptr, dim,
                     w.v_pairs.data() + static_cast<int64_t>(t) * 2 * dim);
   }
-  tile_product(rows_padded, dim, depth, {p, p_ld}, {w.v_pairs.data(), 2 * dim}, out, out_ld, true);
+  product(engine, rows_padded, dim, depth, {p, p_ld}, {w.v_pairs.data(), 2 * dim}, out, out_ld, true);
 }
 #else
-void cache_accumulate_pv(const StridedRows&, const SequenceView&, int, int, int, int, int, const uint16_t*, int,
+void cache_accumulate_pv(Engine, const StridedRows&, const SequenceView&, int, int, int, int, int, const uint16_t*, int,
                          CacheTileScratch&, float*, int) {
   throw Error(ErrorCode::kInternal, "", "AMX cache tiles called in a build without AMX support");
 }

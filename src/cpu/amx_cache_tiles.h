@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cpu/amx_bf16.h"
 #include "cpu/scratch_array.h"
 #include "cpu/tile_io.h"
 
@@ -40,12 +41,13 @@ void pack_cache_query(const float* q, int64_t q_ld, int rows, int dim, CacheTile
 
 // scores (rows x cols, ld lds) = Q K^T for keys col0 .. col0 + cols - 1 of KV head `head` (cols <=
 // kTileKeys, col0 a multiple of 16).
-void cache_scores(const StridedRows& k, const SequenceView& seq, int head, int col0, int cols, int rows, int dim,
-                  CacheTileScratch& w, float* scores, int lds);
+void cache_scores(Engine engine, const StridedRows& k, const SequenceView& seq, int head, int col0, int cols,
+                  int rows, int dim, CacheTileScratch& w, float* scores, int lds);
 
 // out (rows_padded x dim, ld out_ld) += P V for the same keys, P as bf16 rows (ld p_ld, its columns
 // past cols zero).
-void cache_accumulate_pv(const StridedRows& v, const SequenceView& seq, int head, int col0, int cols, int rows_padded,
-                         int dim, const uint16_t* p, int p_ld, CacheTileScratch& w, float* out, int out_ld);
+void cache_accumulate_pv(Engine engine, const StridedRows& v, const SequenceView& seq, int head, int col0, int cols,
+                         int rows_padded, int dim, const uint16_t* p, int p_ld, CacheTileScratch& w, float* out,
+                         int out_ld);
 
 }  // namespace tileattn::cpu::amx

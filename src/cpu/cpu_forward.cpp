@@ -79,7 +79,7 @@ struct Inputs {
   const Float32KeyTiles* float32_tiles = nullptr;
   const simd::Kernels* simd = nullptr;  // the SIMD products, with float32_tiles or few_rows()
   const PackedKeyTiles* packed = nullptr;
-  amx::Engine bf16 = amx::Engine::kNone;  // what multiplies packed's bf16 operands
+  amx::Engine bf16 = amx::Engine::kNone;  // what multiplies the bf16 operands (packed, cache_tiles)
   bool cache_tiles = false;
   int rows_per_position = 1;  // ScoreRule::rows_per_position (a KV group's heads as rows)
 
@@ -113,7 +113,7 @@ void score_products(const Inputs& in, const SequenceView& seq, const QueryTile& 
     return;
   }
   if (in.cache_tiles) {
-    amx::cache_scores(in.k.rows, seq, head_k, col0, cols, rows, dim, *w.cache, scores, kFwdBlockN);
+    amx::cache_scores(in.bf16, in.k.rows, seq, head_k, col0, cols, rows, dim, *w.cache, scores, kFwdBlockN);
     return;
   }
   if (in.float32_tiles != nullptr) {
@@ -258,7 +258,7 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
                      w.p_packed.data() + lo_scores, kFwdBlockN);
     }
     if (in.cache_tiles) {
-      amx::cache_accumulate_pv(in.v.rows, seq, head_k, col0, cols, rows_padded, dim, w.p_packed.data(), kFwdBlockN,
+      amx::cache_accumulate_pv(in.bf16, in.v.rows, seq, head_k, col0, cols, rows_padded, dim, w.p_packed.data(), kFwdBlockN,
                                *w.cache, w.out.data(), w.out_ld);
     } else if (packed != nullptr) {
       amx::product(in.bf16, amx_rows, packed->columns(), depth, {w.p_packed.data() + lo_scores, kFwdBlockN},
@@ -416,16 +416,16 @@ void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, cons
             {{}, StridedRows{p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, true, pages}}};
   in.kv_dtype = kv_dtype;
   in.rows_per_position = rows_per_position;
-  in.cache_tiles = products == KvProducts::kAmxInPlace;
-  if (products == KvProducts::kSimdFewRows) in.simd = simd::kernels();
-  if (products == KvProducts::kAmxPacked || products == KvProducts::kDotPacked) {
+  in.cache_tiles = products.kind == KvProducts::kBf16InPlace;
+  in.bf16 = products.bf16;
+  if (products.kind == KvProducts::kSimdFewRows) in.simd = simd::kernels();
+  if (products.kind == KvProducts::kBf16Packed) {
     const PackedKeyTiles packed(p, kv_dtype, in.k.rows, in.v.rows);
     in.packed = &packed;
-    in.bf16 = products == KvProducts::kAmxPacked ? amx::Engine::kTiles : amx::Engine::kDot;
     run_tiles(p, in);
     return;
   }
-  if (products == KvProducts::kSimdTiles) {
+  if (products.kind == KvProducts::kSimdTiles) {
     in.simd = simd::kernels();
     const Float32KeyTiles key_tiles(p, kv_dtype, in.k.rows, in.v.rows, *in.simd);
     in.float32_tiles = &key_tiles;
@@ -445,12 +445,16 @@ constexpr int kPackedMinQueryRows = 64;
 // pay below 5 rows.  flash_attn_func, d128, one query row, against AMX (Emerald Rapids, 2 threads):
 // groups of 1 1.5-2.0x, 2 1.15x, 4 1.07x, 8 0.70x, 16 0.45x.
 constexpr int kFewRowsMaxOverAmx = 4;
+// The same for AVX512-BF16's dot products on the cache in place (CPUs without AMX), whose rows
+// cost more than AMX's against the same padding.  bf16, d128, Zen 5 VM, 2 threads, in place against
+// the few-row kernels: 8 rows a group (1 x 32k, 64/8 heads) 0.68-0.78x, 16 (4 tokens x 32/8) level,
+// 32 (8 x 8k, 32/1) 1.4-1.6x.
+constexpr int kFewRowsMaxOverDot = 16;
 
 // bf16 products on AMX: with K/V packed once for a chunk of prefill; a decode step's rows read a bf16
 // cache in place (packing would add a pass over the whole cache), where its head dim allows, unless
-// they are few enough for the few-row kernels below.  On AVX512-BF16 without AMX, a chunk of prefill
-// likewise on K/V packed once; a decode step, bound by reading the cache, on the few-row kernels (the
-// dot products' 16-row operands would pad a group's rows as AMX's do).  Other calls take the SIMD float32 kernels: with
+// they are few enough for the few-row kernels below; the same on AVX512-BF16's dot products where a
+// CPU has no AMX, with their own limit on the few rows.  Other calls take the SIMD float32 kernels: with
 // as many rows on K^T and V laid out once; with fewer (a decode step) the few-row kernels, which read
 // a head's rows in place (bf16/fp16 widened as loaded), requested rows ahead across the gaps between
 // them, across pages and into the next tile (1 x 32k, 32/8 heads, d128, fp32: 10.9 -> 21.3 GB/s
@@ -461,21 +465,18 @@ constexpr int kFewRowsMaxOverAmx = 4;
 KvProducts choose_kv_products(tileattn_dtype call_dtype, tileattn_dtype kv_dtype, int rows_per_seq, int dim) {
   const bool few_rows = simd::kernels() != nullptr && rows_per_seq < kPackedMinQueryRows;
   const amx::Engine bf16 = call_dtype == TILEATTN_BFLOAT16 ? amx::engine() : amx::Engine::kNone;
-  if (bf16 == amx::Engine::kDot) {
-    if (rows_per_seq >= kPackedMinQueryRows) return KvProducts::kDotPacked;
-    return few_rows ? KvProducts::kSimdFewRows : KvProducts::kSgemm;
-  }
-  if (bf16 == amx::Engine::kTiles) {
-    if (rows_per_seq >= kPackedMinQueryRows) return KvProducts::kAmxPacked;
-    if (few_rows && rows_per_seq <= kFewRowsMaxOverAmx) return KvProducts::kSimdFewRows;
+  if (bf16 != amx::Engine::kNone) {
+    if (rows_per_seq >= kPackedMinQueryRows) return {KvProducts::kBf16Packed, bf16};
+    const int few_rows_max = bf16 == amx::Engine::kTiles ? kFewRowsMaxOverAmx : kFewRowsMaxOverDot;
+    if (few_rows && rows_per_seq <= few_rows_max) return {KvProducts::kSimdFewRows};
     if (kv_dtype == TILEATTN_BFLOAT16 && dim % amx::kDepthPerStep == 0 && rows_per_seq <= amx::kCacheTileMaxRows) {
-      return KvProducts::kAmxInPlace;
+      return {KvProducts::kBf16InPlace, bf16};
     }
-    return few_rows ? KvProducts::kSimdFewRows : KvProducts::kSgemm;
+    return {few_rows ? KvProducts::kSimdFewRows : KvProducts::kSgemm};
   }
-  if (few_rows) return KvProducts::kSimdFewRows;
-  return simd::kernels() != nullptr && rows_per_seq >= kPackedMinQueryRows ? KvProducts::kSimdTiles
-                                                                             : KvProducts::kSgemm;
+  if (few_rows) return {KvProducts::kSimdFewRows};
+  return {simd::kernels() != nullptr && rows_per_seq >= kPackedMinQueryRows ? KvProducts::kSimdTiles
+                                                                              : KvProducts::kSgemm};
 }
 
 }  // namespace cpu

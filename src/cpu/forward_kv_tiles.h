@@ -5,6 +5,7 @@
 #pragma once
 
 #include "api/backends.h"
+#include "cpu/amx_bf16.h"
 #include "cpu/tile_io.h"
 
 namespace tileattn::cpu {
@@ -34,18 +35,22 @@ struct GroupRows {
 // p as for cpu_forward, except that p.k and p.v hold kv_dtype elements (p.dtype is q's and out's),
 // and, with `pages`, their key rows are the page map's rows (p's k/v batch strides step a page, the
 // row and head strides are within one; the sequences' key rows through cu_seqlens_k as usual).
-// The products: sgemm on float32 tiles; or on AMX (the caller's call is bf16, its K/V values bf16
-// in whatever dtype they are held, amx::engine() kTiles; q rounded to bf16 for S = Q K^T) with K and V
-// packed once (kAmxPacked; kDotPacked the same on AVX512-BF16, amx::engine() kDot), or read in place (kAmxInPlace: kv_dtype bf16, a head dim that is a
-// multiple of 32, at most amx::kCacheTileMaxRows query rows a sequence; amx_cache_tiles.h); or on
-// AVX-512 or AVX2 (simd::kernels()) with K^T and V laid out once as float32 blocks (kSimdTiles), or
-// read tile by tile by the few-row kernels (kSimdFewRows: a decode step's handful of rows).
+// The products: sgemm on float32 tiles; or bf16 products on `bf16`'s engine, AMX's tiles or
+// AVX512-BF16's dot products (the caller's call is bf16, its K/V values bf16 in whatever dtype they
+// are held; q rounded to bf16 for S = Q K^T), with K and V packed once (kBf16Packed), or read in
+// place (kBf16InPlace: kv_dtype bf16, a head dim that is a multiple of 32, at most
+// amx::kCacheTileMaxRows query rows a sequence; amx_cache_tiles.h); or on AVX-512 or AVX2
+// (simd::kernels()) with K^T and V laid out once as float32 blocks (kSimdTiles), or read tile by
+// tile by the few-row kernels (kSimdFewRows: a decode step's handful of rows).
 // rows_per_position > 1: p's query rows are GroupRows of group rows_per_position (a token's heads
 // consecutive, ScoreRule::rows_per_position), p.num_heads the KV heads, p.seqlen_q (and
 // cu_seqlens_q) counting rows; the caller checked kv_groups_as_rows.
-enum class KvProducts { kSgemm, kAmxPacked, kDotPacked, kAmxInPlace, kSimdTiles, kSimdFewRows };
+struct KvProducts {
+  enum Kind { kSgemm, kBf16Packed, kBf16InPlace, kSimdTiles, kSimdFewRows } kind = kSgemm;
+  amx::Engine bf16 = amx::Engine::kNone;  // the bf16 kinds' engine
+};
 void forward_with_kv_tiles(const ForwardParams& p, tileattn_dtype kv_dtype, const PageMap* pages = nullptr,
-                           KvProducts products = KvProducts::kSgemm, int rows_per_position = 1);
+                           KvProducts products = {}, int rows_per_position = 1);
 
 // The products for a call of rows_per_seq query rows a sequence (one query tile's worth or fewer:
 // a decode step's KV group as rows, or a chunk of prefill) against K/V of kv_dtype where they lie,

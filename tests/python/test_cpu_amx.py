@@ -50,14 +50,17 @@ PREFILL_CASES = {
 }
 
 # A decode step on a bf16 cache with a head dim that is a multiple of 32 reads K and V in place
-# (amx_cache_tiles.h): 16-key groups straight from the cache, copied where a group is short (cache
-# lengths 0, 17, 506) or crosses a page (leftpad on pages of 16).
+# (amx_cache_tiles.h) from 5 rows a KV group on AMX, from 17 on the dot products (32 and 24 below):
+# 16-key groups straight from the cache, copied where a group is short (cache lengths 0, 17, 506) or
+# crosses a page (leftpad on pages of 16).
 DECODE_CASES = {
     "contiguous_d128_gqa4": dict(dim=128, heads=16, heads_k=4),
     "paged16_leftpad_d64": dict(page_size=16, leftpad=True),
     "paged64_batch_idx_d256_causal": dict(page_size=64, batch_idx=True, dim=256, causal=True),
     "contiguous_two_rows_rotary": dict(seqlen_q=2, seqlen_new=2, rotary_dim=32, causal=True, heads=2, heads_k=2),
     "mqa8_softcap_paged256": dict(heads=8, heads_k=1, softcap=5.0, page_size=256, dim=96),
+    "mqa32_paged16_leftpad_d128": dict(heads=32, heads_k=1, page_size=16, leftpad=True, dim=128),
+    "three_rows_gqa8_causal_d64": dict(seqlen_q=3, seqlen_new=3, heads=16, heads_k=2, causal=True),
 }
 
 

@@ -4,7 +4,8 @@ query heads as rows of their KV head, token-major, each token's heads under its 
 in place by the decode's products (src/cpu/kv_group_rows.cpp).  Against float64 with
 FlashAttention's rule: out and the LSE (from the custom op, which returns it without the
 probabilities; asking for those keeps the general path) and the gradients autograd takes from
-them.  Every product path (AMX, the SIMD few-row kernels on AVX-512 and AVX2, sgemm), groups of 1
+them.  Every product path (AMX, AVX512-BF16's dot products, the SIMD few-row kernels on AVX-512 and
+AVX2, sgemm), groups of 1
 to 16 query heads, 1 to 9 tokens (up to 63 rows a group, and 70: the general path), more tokens
 than keys (rows that see none), odd key counts, head dims with partial vectors, causal masks, left
 and right windows and softcap; in varlen form, sequences of no query row and of no key, and
@@ -18,9 +19,11 @@ from conftest import FLOOR, assert_fa_close, cpu_switch_takes
 from tileattn import flash_attn_func
 
 AMX = cpu_switch_takes("TILEATTN_CPU_AMX", "on", torch.bfloat16)
+DOT = cpu_switch_takes("TILEATTN_CPU_AMX", "dot", torch.bfloat16)
 AVX2 = cpu_switch_takes("TILEATTN_CPU_SIMD", "avx2")
 # name: (TILEATTN_CPU_AMX, TILEATTN_CPU_SIMD)
-PATHS = {"amx": ("on", "auto"), "simd": ("off", "auto"), "avx2": ("off", "avx2"), "sgemm": ("off", "off")}
+PATHS = {"amx": ("on", "auto"), "dot": ("dot", "auto"), "simd": ("off", "auto"), "avx2": ("off", "avx2"),
+         "sgemm": ("off", "off")}
 # (batch, seqlen_q, seqlen_k, nheads, nheads_k, headdim)
 SHAPES = [(1, 1, 1, 1, 1, 32), (2, 1, 17, 7, 1, 64), (3, 1, 127, 12, 3, 72), (2, 1, 1000, 8, 2, 128),
           (1, 2, 300, 16, 4, 256), (2, 4, 17, 8, 2, 64), (1, 3, 127, 12, 3, 72), (2, 9, 5, 7, 1, 64),
@@ -34,6 +37,8 @@ def take_path(monkeypatch, path, dtype):
     amx, simd = PATHS[path]
     if amx == "on" and (dtype != torch.bfloat16 or not AMX):
         pytest.skip("AMX takes bf16 calls, on CPUs that offer it")
+    if amx == "dot" and (dtype != torch.bfloat16 or not DOT):
+        pytest.skip("AVX512-BF16's dot products take bf16 calls, on CPUs that offer them")
     if simd == "avx2" and not AVX2:
         pytest.skip("this CPU has no AVX2 with FMA")
     monkeypatch.setenv("TILEATTN_CPU_AMX", amx)
