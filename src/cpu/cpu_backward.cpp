@@ -177,8 +177,8 @@ void products_on_amx(amx::Engine bf16, const PackedQueryTiles& packed, const Key
   // dQ's rows take the product's sums in place when they are whole C tiles (16 rows, a D of 16s);
   // otherwise the product would write past the tile's rows, so it goes through dq_tile.
   if (rows % amx::kRowsPerTile == 0 && columns == dim) {
-    amx::product(bf16, rows, columns, cols_deep, {w.ds_rows.data(), kBwdBlockN}, {w.k_pairs.data(), 2 * columns}, dq_rows,
-                 dim, true);
+    amx::product(bf16, rows, columns, cols_deep, {w.ds_rows.data(), kBwdBlockN}, {w.k_pairs.data(), 2 * columns},
+                 dq_rows, dim, true);
     return;
   }
   amx::product(bf16, amx::round_up(rows, amx::kRowsPerTile), columns, cols_deep, {w.ds_rows.data(), kBwdBlockN},
@@ -254,8 +254,8 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       const Matrix dout_tile = query_side(dout, w.dout.data(), ops.dout_rows.data());
       // S = Q K^T and dP = dO V^T on AMX: the packed query-side block times K^T or V^T as pairs.
       auto scores_on_amx = [&](PackedQueryTiles::Block rows_block, const uint16_t* keys_transposed, float* c) {
-        amx::product(in.bf16, amx::round_up(rows, amx::kRowsPerTile), amx::round_up(seen, amx::kColsPerTile), packed->depth(),
-                     {packed->block(rows_block, task.batch_index, task.head, query_tile), packed->depth()},
+        amx::product(in.bf16, amx::round_up(rows, amx::kRowsPerTile), amx::round_up(seen, amx::kColsPerTile),
+                     packed->depth(), {packed->block(rows_block, task.batch_index, task.head, query_tile), packed->depth()},
                      {keys_transposed, 2 * kBwdBlockN}, c, kBwdBlockN, false);
       };
       for (int r = 0; r < rows; ++r) {

@@ -258,8 +258,8 @@ void forward_tile(const ForwardParams& p, const Inputs& in, const QueryTile& til
                      w.p_packed.data() + lo_scores, kFwdBlockN);
     }
     if (in.cache_tiles) {
-      amx::cache_accumulate_pv(in.bf16, in.v.rows, seq, head_k, col0, cols, rows_padded, dim, w.p_packed.data(), kFwdBlockN,
-                               *w.cache, w.out.data(), w.out_ld);
+      amx::cache_accumulate_pv(in.bf16, in.v.rows, seq, head_k, col0, cols, rows_padded, dim, w.p_packed.data(),
+                               kFwdBlockN, *w.cache, w.out.data(), w.out_ld);
     } else if (packed != nullptr) {
       amx::product(in.bf16, amx_rows, packed->columns(), depth, {w.p_packed.data() + lo_scores, kFwdBlockN},
                    {packed->v_block(tile.batch_index, head_k, col0 / kFwdBlockN), 2 * packed->columns()},

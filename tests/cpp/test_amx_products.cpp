@@ -91,8 +91,8 @@ void check_product(amx::Engine engine, const Shape& s, bool a_transposed, bool t
   const int ldc = n_pad + 16;
   std::vector<float> c = random_floats(static_cast<size_t>(m_pad) * ldc, rng);
   const std::vector<float> c0 = c;
-  amx::product(engine, m_pad, n_pad, depth_pad, {a_packed.data(), a_packed_ld}, {b_packed.data(), 2 * n_pad}, c.data(), ldc,
-               accumulate);
+  amx::product(engine, m_pad, n_pad, depth_pad, {a_packed.data(), a_packed_ld}, {b_packed.data(), 2 * n_pad}, c.data(),
+               ldc, accumulate);
 
   for (int i = 0; i < m_pad; ++i) {
     for (int j = 0; j < ldc; ++j) {
@@ -111,8 +111,9 @@ void check_product(amx::Engine engine, const Shape& s, bool a_transposed, bool t
       }
       // float32 sums of exact products: at most depth roundings of the running sum.
       const double tolerance = (s.depth + 2) * 0x1p-24 * magnitude + 1e-30;
-      ASSERT_NEAR(c[at], want, tolerance) << (engine == amx::Engine::kDot ? "dot" : "tiles") << " m " << s.m << " n " << s.n << " depth " << s.depth << " at (" << i
-                                          << ", " << j << ")" << (a_transposed ? " A^T" : "") << (transposed ? " B^T" : "");
+      ASSERT_NEAR(c[at], want, tolerance)
+          << (engine == amx::Engine::kDot ? "dot" : "tiles") << " m " << s.m << " n " << s.n << " depth " << s.depth
+          << " at (" << i << ", " << j << ")" << (a_transposed ? " A^T" : "") << (transposed ? " B^T" : "");
     }
   }
 }
