@@ -63,15 +63,6 @@ Engine engine() {
   }
 }
 
-void product(Engine engine, int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c, int ldc,
-             bool accumulate) {
-  if (engine == Engine::kDot) {
-    bf16_dot::product(m, n, depth, a, b, c, ldc, accumulate);
-  } else {
-    tile_product(m, n, depth, a, b, c, ldc, accumulate);
-  }
-}
-
 #if TILEATTN_AMX_BUILT
 namespace {
 
@@ -124,8 +115,6 @@ TILEATTN_AMX_TARGET void product_block(const uint16_t* a, int lda, const uint16_
   if constexpr (MT == 2 && NT == 2) _tile_stored(3, c10 + kColsPerTile, c_stride);
 }
 
-}  // namespace
-
 // The tile configuration is loaded on every call, not once a thread: it is per-thread state that
 // other AMX code in the process (torch's oneDNN on the same OpenMP thread) may have replaced, and
 // loading it costs far less than one 16 x 16 x 32 step does.  Released at the end so the thread
@@ -155,10 +144,25 @@ TILEATTN_AMX_TARGET void tile_product(int m, int n, int depth, const RowsOperand
   }
   _tile_release();
 }
+
+}  // namespace
 #else
+namespace {
+
 void tile_product(int, int, int, const RowsOperand&, const PairsOperand&, float*, int, bool) {
   throw Error(ErrorCode::kInternal, "", "AMX product called in a build without AMX support");
 }
+
+}  // namespace
 #endif
+
+void product(Engine engine, int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c, int ldc,
+             bool accumulate) {
+  if (engine == Engine::kDot) {
+    bf16_dot::product(m, n, depth, a, b, c, ldc, accumulate);
+  } else {
+    tile_product(m, n, depth, a, b, c, ldc, accumulate);
+  }
+}
 
 }  // namespace tileattn::cpu::amx

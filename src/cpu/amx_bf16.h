@@ -50,10 +50,6 @@ struct PairsOperand {
 void product(Engine engine, int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c, int ldc,
              bool accumulate);
 
-// product on the tiles alone (the decode's products on a cache in place, amx_cache_tiles.h).
-void tile_product(int m, int n, int depth, const RowsOperand& a, const PairsOperand& b, float* c, int ldc,
-                  bool accumulate);
-
 // dst (rows_padded x depth_padded, rows dst_ld apart) <- src (rows x depth float32, ld src_ld)
 // rounded to bf16 (nearest even; subnormal floats, below 1.2e-38, become 0: VCVTNEPS2BF16 treats
 // them so), zeros elsewhere.

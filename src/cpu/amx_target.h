@@ -1,6 +1,7 @@
 // Whether this build has the AMX path (x86-64 Linux, GCC), and the target attribute of the
-// functions that run only where amx::enabled() is true.  Every CPU with AMX-BF16 has AVX-512 with
-// BF16 conversions too (amx_bf16.cpp checks CPUID for all of them), so those functions use both.
+// functions that run only where amx::enabled() is true.  Every CPU with AMX-BF16, and every one
+// with AVX512-BF16 (the dot products' CPUs), has AVX-512F and BW with the BF16 conversions too
+// (amx_bf16.cpp and bf16_dot_product.cpp check for all of them), so those functions use them.
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
