@@ -6,15 +6,16 @@
 // Debian's and Ubuntu's default lets a process ask).  A fresh block of megabytes otherwise takes a
 // page fault on the first touch of each 4 KiB page: a bf16 d128 S=1024 backward (B=1, H=8) touched
 // ~28 MB of new pages a call, ~7,000 faults, a fifth of its 27 ms on a 2-core Xeon (session 70).
+// They come from and go back to huge_block_pool.h, which keeps them, faulted in, for the next call.
 #pragma once
-
-#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdlib>
-#include <memory>
 #include <new>
 #include <type_traits>
+#include <utility>
+
+#include "cpu/huge_block_pool.h"
 
 namespace tileattn::cpu {
 
@@ -24,34 +25,50 @@ class ScratchArray {
                 "ScratchArray holds raw storage: its elements are never constructed or destroyed");
 
  public:
-  ScratchArray() : data_(nullptr), size_(0) {}
-  explicit ScratchArray(size_t size) : data_(allocate(size * sizeof(T))), size_(size) {}
+  ScratchArray() = default;
+  explicit ScratchArray(size_t size) : block_(allocate(size * sizeof(T))), size_(size) {}
+  ScratchArray(ScratchArray&& other) noexcept
+      : block_(std::exchange(other.block_, huge_block_pool::Block{nullptr, 0})), size_(std::exchange(other.size_, 0)) {}
+  ScratchArray& operator=(ScratchArray&& other) noexcept {
+    if (this != &other) {
+      release();
+      block_ = std::exchange(other.block_, huge_block_pool::Block{nullptr, 0});
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  ~ScratchArray() { release(); }
 
-  T* data() { return data_.get(); }
-  const T* data() const { return data_.get(); }
+  T* data() { return static_cast<T*>(block_.data); }
+  const T* data() const { return static_cast<const T*>(block_.data); }
   size_t size() const { return size_; }
-  T& operator[](size_t i) { return data_[i]; }
-  const T& operator[](size_t i) const { return data_[i]; }
+  T& operator[](size_t i) { return data()[i]; }
+  const T& operator[](size_t i) const { return data()[i]; }
 
  private:
   static constexpr size_t kHugePage = size_t{2} << 20;
 
-  struct Free {
-    void operator()(T* data) const noexcept { std::free(data); }
-  };
-
-  static T* allocate(size_t bytes) {
-    if (bytes == 0) return nullptr;
-    const size_t alignment = bytes >= kHugePage ? kHugePage : 64;
-    bytes = (bytes + alignment - 1) / alignment * alignment;  // aligned_alloc takes whole alignments
-    void* block = std::aligned_alloc(alignment, bytes);
-    if (block == nullptr) throw std::bad_alloc();
-    if (alignment == kHugePage) madvise(block, bytes, MADV_HUGEPAGE);  // advice: its failure changes nothing
-    return static_cast<T*>(block);
+  // Blocks of 2 MiB and more from the pool (whole huge pages); smaller ones 64-byte aligned.
+  static huge_block_pool::Block allocate(size_t bytes) {
+    if (bytes == 0) return {nullptr, 0};
+    if (bytes >= kHugePage) return huge_block_pool::take((bytes + kHugePage - 1) / kHugePage * kHugePage);
+    bytes = (bytes + 63) / 64 * 64;  // aligned_alloc takes whole alignments
+    void* data = std::aligned_alloc(64, bytes);
+    if (data == nullptr) throw std::bad_alloc();
+    return {data, bytes};
   }
 
-  std::unique_ptr<T[], Free> data_;
-  size_t size_;
+  void release() noexcept {
+    if (block_.bytes >= kHugePage) {
+      huge_block_pool::give_back(block_);
+    } else {
+      std::free(block_.data);
+    }
+    block_ = {nullptr, 0};
+  }
+
+  huge_block_pool::Block block_{nullptr, 0};
+  size_t size_ = 0;
 };
 
 }  // namespace tileattn::cpu
