@@ -87,4 +87,11 @@ void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, in
 // ld = 2 cols_padded: depth_padded / 2 pair rows, zeros past `cols` and `depth`.
 void pack_pairs(const float* src, int src_ld, int depth, int cols, int depth_padded, int cols_padded, uint16_t* dst);
 
+// The same two from M's bf16 values where they lie (no rounding: the same bits as from M widened
+// to float32): the backward's K and V key tiles, which it converted to float32 only to pack them.
+void pack_pairs_transposed(const uint16_t* src, int64_t src_ld, int cols, int depth, int cols_padded,
+                           int depth_padded, uint16_t* dst);
+void pack_pairs(const uint16_t* src, int64_t src_ld, int depth, int cols, int depth_padded, int cols_padded,
+                uint16_t* dst);
+
 }  // namespace tileattn::cpu::amx

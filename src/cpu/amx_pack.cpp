@@ -28,6 +28,18 @@ TILEATTN_AMX_TARGET void row_to_bf16(const float* src, int count, int padded, ui
   }
 }
 
+TILEATTN_AMX_TARGET inline __mmask32 first_words(int count) {
+  return count >= 32 ? __mmask32(0xFFFFFFFFu) : count <= 0 ? __mmask32(0) : __mmask32((1u << count) - 1);
+}
+
+// The same from bf16 values: a masked copy, 32 at a time.
+TILEATTN_AMX_TARGET void row_to_bf16(const uint16_t* src, int count, int padded, uint16_t* dst) {
+  for (int i = 0; i < padded; i += 32) {
+    const __m512i words = _mm512_maskz_loadu_epi16(first_words(count - i), src + i);
+    _mm512_mask_storeu_epi16(dst + i, first_words(padded - i), words);
+  }
+}
+
 // 2^x on 16 lanes for P rounded to bf16: n = round(max(x, -126)), f = x - n, 2^f by kExp2PolyBf16
 // (exp2_poly.h: 2.9e-6 relative, where vector_math.cpp's exp2_approx keeps float accuracy), times
 // 2^n by VSCALEFPS; 0 where x < -126, NaN kept (VMAXPS returns its second operand when either is
@@ -124,8 +136,12 @@ void pack_rows_transposed(const float* src, int src_ld, int src_rows, int src_co
   }
 }
 
-TILEATTN_AMX_TARGET void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, int cols_padded,
-                                               int depth_padded, uint16_t* dst) {
+namespace {
+
+// pack_pairs_transposed from float32 or bf16 rows.
+template <class Element>
+TILEATTN_AMX_TARGET void pairs_transposed(const Element* src, int64_t src_ld, int cols, int depth, int cols_padded,
+                                          int depth_padded, uint16_t* dst) {
   // Column c of B is row c of M, so each pair row t takes M[c][2t], M[c][2t + 1] for every c: a
   // transpose of M read as 32-bit pairs.  Sixteen rows of M at a time are converted into `rows`,
   // then each pair row's 16 values are gathered from them into one 64-byte store: the scalar
@@ -147,6 +163,44 @@ TILEATTN_AMX_TARGET void pack_pairs_transposed(const float* src, int src_ld, int
       const __m512i pairs = _mm512_i32gather_epi32(row_starts, &rows[0][t], 4);
       _mm512_storeu_si512(out + static_cast<int64_t>(t) * cols_padded + c0, pairs);
     }
+  }
+}
+
+// Rows 2t and 2t + 1 of bf16 M, 32 columns at a time, interleaved by two word permutations into
+// two 64-byte pair-row pieces (the second stored only where cols_padded reaches it).
+TILEATTN_AMX_TARGET void pairs_of_bf16_rows(const uint16_t* even, int even_count, const uint16_t* odd, int odd_count,
+                                            int cols_padded, uint16_t* out) {
+  alignas(64) static constexpr uint16_t kLow[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                    8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kHigh[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                                     24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i low = _mm512_load_si512(kLow), high = _mm512_load_si512(kHigh);
+  for (int n = 0; n < cols_padded; n += 32) {
+    const __m512i e = _mm512_maskz_loadu_epi16(first_words(even_count - n), even + n);
+    const __m512i o = _mm512_maskz_loadu_epi16(first_words(odd_count - n), odd + n);
+    _mm512_storeu_si512(out + 2 * n, _mm512_permutex2var_epi16(e, low, o));
+    if (n + 16 < cols_padded) _mm512_storeu_si512(out + 2 * n + 32, _mm512_permutex2var_epi16(e, high, o));
+  }
+}
+
+}  // namespace
+
+TILEATTN_AMX_TARGET void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, int cols_padded,
+                                               int depth_padded, uint16_t* dst) {
+  pairs_transposed(src, src_ld, cols, depth, cols_padded, depth_padded, dst);
+}
+
+TILEATTN_AMX_TARGET void pack_pairs_transposed(const uint16_t* src, int64_t src_ld, int cols, int depth,
+                                               int cols_padded, int depth_padded, uint16_t* dst) {
+  pairs_transposed(src, src_ld, cols, depth, cols_padded, depth_padded, dst);
+}
+
+TILEATTN_AMX_TARGET void pack_pairs(const uint16_t* src, int64_t src_ld, int depth, int cols, int depth_padded,
+                                    int cols_padded, uint16_t* dst) {
+  for (int t = 0; t < depth_padded / 2; ++t) {
+    const uint16_t* even = src + static_cast<int64_t>(2 * t) * src_ld;
+    pairs_of_bf16_rows(even, 2 * t < depth ? cols : 0, even + src_ld, 2 * t + 1 < depth ? cols : 0, cols_padded,
+                       dst + static_cast<int64_t>(t) * 2 * cols_padded);
   }
 }
 
@@ -177,6 +231,8 @@ void backward_operands(const float*, const float*, const float*, int, const floa
 void pack_rows(const float*, int, int, int, int, int, uint16_t*, int) { not_built(); }
 void pack_rows_transposed(const float*, int, int, int, int, int, uint16_t*, int) { not_built(); }
 void pack_pairs_transposed(const float*, int, int, int, int, int, uint16_t*) { not_built(); }
+void pack_pairs_transposed(const uint16_t*, int64_t, int, int, int, int, uint16_t*) { not_built(); }
+void pack_pairs(const uint16_t*, int64_t, int, int, int, int, uint16_t*) { not_built(); }
 void pack_pairs(const float*, int, int, int, int, int, uint16_t*) { not_built(); }
 #endif
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cpu/amx_bf16.h"
@@ -189,6 +190,38 @@ TEST(AmxProducts, Exp2RowMatchesTheGenericExp2) {
         ASSERT_LE(step, 1) << "x " << x[i] << ": " << bf16_to_float(packed[i]) << " vs " << generic[i];
       }
     }
+  }
+}
+
+TEST(AmxProducts, PackingBf16RowsGivesTheBitsOfTheirFloat32Values) {
+  // The backward packs K and V tiles from their bf16 rows: the same bits as packing the rows
+  // widened to float32 (rounding a bf16 value is exact), zeros in the padding, and nothing read
+  // past `cols` rows or `depth` elements (NaN there), at widths that end inside a 32-word step.
+  if (!amx::enabled()) GTEST_SKIP() << "neither AMX-BF16 nor AVX512-BF16 on this CPU/OS";
+  std::mt19937 rng(73);
+  for (const auto& [rows, width] : {std::pair{1, 1}, std::pair{17, 40}, std::pair{128, 128}, std::pair{100, 72},
+                                    std::pair{33, 256}, std::pair{5, 16}}) {
+    const int ld = width + 9;
+    std::vector<uint16_t> bits(static_cast<size_t>(rows + 1) * ld, 0x7FC0);  // NaN outside the rows x width
+    std::vector<float> widened(bits.size(), std::nanf(""));
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < width; ++c) {
+        bits[static_cast<size_t>(r) * ld + c] = float_to_bf16(random_floats(1, rng)[0]);
+        widened[static_cast<size_t>(r) * ld + c] = bf16_to_float(bits[static_cast<size_t>(r) * ld + c]);
+      }
+    }
+    // M^T (cols = rows of M, depth = its width) and M (depth = rows of M, cols = its width).
+    const int t_cols = round_up(rows, amx::kColsPerTile), t_depth = round_up(width, amx::kDepthPerStep);
+    std::vector<uint16_t> from_bits(static_cast<size_t>(t_cols) * t_depth, 1), from_floats(from_bits.size(), 2);
+    amx::pack_pairs_transposed(bits.data(), int64_t{ld}, rows, width, t_cols, t_depth, from_bits.data());
+    amx::pack_pairs_transposed(widened.data(), ld, rows, width, t_cols, t_depth, from_floats.data());
+    ASSERT_EQ(from_bits, from_floats) << rows << " x " << width << " transposed";
+    const int p_depth = round_up(rows, amx::kDepthPerStep), p_cols = round_up(width, amx::kColsPerTile);
+    from_bits.assign(static_cast<size_t>(p_depth) * p_cols, 1);
+    from_floats.assign(from_bits.size(), 2);
+    amx::pack_pairs(bits.data(), int64_t{ld}, rows, width, p_depth, p_cols, from_bits.data());
+    amx::pack_pairs(widened.data(), ld, rows, width, p_depth, p_cols, from_floats.data());
+    ASSERT_EQ(from_bits, from_floats) << rows << " x " << width;
   }
 }
 
