@@ -94,4 +94,9 @@ void pack_pairs_transposed(const uint16_t* src, int64_t src_ld, int cols, int de
 void pack_pairs(const uint16_t* src, int64_t src_ld, int depth, int cols, int depth_padded, int cols_padded,
                 uint16_t* dst);
 
+// One pair row of that layout from two bf16 rows: even[j], odd[j] at 2j, 2j + 1 for j < cols_padded
+// (a multiple of 16), zeros past each row's count (nothing read there).
+void pack_pair_row(const uint16_t* even, int even_count, const uint16_t* odd, int odd_count, int cols_padded,
+                   uint16_t* out);
+
 }  // namespace tileattn::cpu::amx

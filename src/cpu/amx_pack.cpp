@@ -166,10 +166,12 @@ TILEATTN_AMX_TARGET void pairs_transposed(const Element* src, int64_t src_ld, in
   }
 }
 
-// Rows 2t and 2t + 1 of bf16 M, 32 columns at a time, interleaved by two word permutations into
-// two 64-byte pair-row pieces (the second stored only where cols_padded reaches it).
-TILEATTN_AMX_TARGET void pairs_of_bf16_rows(const uint16_t* even, int even_count, const uint16_t* odd, int odd_count,
-                                            int cols_padded, uint16_t* out) {
+}  // namespace
+
+// 32 columns at a time, interleaved by two word permutations into two 64-byte pair-row pieces (the
+// second stored only where cols_padded reaches it).
+TILEATTN_AMX_TARGET void pack_pair_row(const uint16_t* even, int even_count, const uint16_t* odd, int odd_count,
+                                       int cols_padded, uint16_t* out) {
   alignas(64) static constexpr uint16_t kLow[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                                     8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static constexpr uint16_t kHigh[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
@@ -182,8 +184,6 @@ TILEATTN_AMX_TARGET void pairs_of_bf16_rows(const uint16_t* even, int even_count
     if (n + 16 < cols_padded) _mm512_storeu_si512(out + 2 * n + 32, _mm512_permutex2var_epi16(e, high, o));
   }
 }
-
-}  // namespace
 
 TILEATTN_AMX_TARGET void pack_pairs_transposed(const float* src, int src_ld, int cols, int depth, int cols_padded,
                                                int depth_padded, uint16_t* dst) {
@@ -199,8 +199,8 @@ TILEATTN_AMX_TARGET void pack_pairs(const uint16_t* src, int64_t src_ld, int dep
                                     int cols_padded, uint16_t* dst) {
   for (int t = 0; t < depth_padded / 2; ++t) {
     const uint16_t* even = src + static_cast<int64_t>(2 * t) * src_ld;
-    pairs_of_bf16_rows(even, 2 * t < depth ? cols : 0, even + src_ld, 2 * t + 1 < depth ? cols : 0, cols_padded,
-                       dst + static_cast<int64_t>(t) * 2 * cols_padded);
+    pack_pair_row(even, 2 * t < depth ? cols : 0, even + src_ld, 2 * t + 1 < depth ? cols : 0, cols_padded,
+                  dst + static_cast<int64_t>(t) * 2 * cols_padded);
   }
 }
 
@@ -233,6 +233,7 @@ void pack_rows_transposed(const float*, int, int, int, int, int, uint16_t*, int)
 void pack_pairs_transposed(const float*, int, int, int, int, int, uint16_t*) { not_built(); }
 void pack_pairs_transposed(const uint16_t*, int64_t, int, int, int, int, uint16_t*) { not_built(); }
 void pack_pairs(const uint16_t*, int64_t, int, int, int, int, uint16_t*) { not_built(); }
+void pack_pair_row(const uint16_t*, int, const uint16_t*, int, int, uint16_t*) { not_built(); }
 void pack_pairs(const float*, int, int, int, int, int, uint16_t*) { not_built(); }
 #endif
 
