@@ -16,6 +16,11 @@ position L - 1, attention over the L positions (the same K/V bytes read, plus th
 `varlen16` / `varlen256` make the step flash_attn_varlen_func's paged call (one query row a
 sequence, cu_seqlens and a block table, as vLLM batches a decode step), which runs on the same
 kernels; `varlen16-gather` forces that call through the gather of the pages into a padded copy.
+`func` makes the step flash_attn_func(q, k_cache, v_cache) over the whole contiguous cache (a model
+that passes its K/V whole, as Hugging Face's flash-attention path does), which runs on the same
+kernels (python/tileattn/_batch_decode_route.py); `func-forward` makes that call on the forward
+kernels, the path before session 73.  `packed` / `packed-forward`: the same as
+flash_attn_varlen_func over the cache seen as packed rows (one query row a sequence, no pages).
 Time: each backend's calls are captured in a CUDA graph (no host launch cost in the number, as in
 a serving loop) over enough copies of the cache that consecutive calls miss L2 (50 MB); the
 backends' graphs are replayed in interleaved rounds, and each gets the median per call over its
@@ -37,6 +42,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tileattn
+from tileattn import _batch_decode_route
 from timing import ROOT, git_commit, median_ms, round_orders
 from bench.paged_varlen_step import decode_step  # noqa: E402 (timing puts the repository root on sys.path)
 
@@ -77,8 +83,11 @@ def parse_layout(layout):
 def calls(layout, q, caches, seqlens):
     """One zero-argument function per cache copy for `layout`."""
     layout, splits, append = parse_layout(layout)
-    if append and layout in ("copy", "flash", "cudnn"):
-        raise ValueError(f"layout {layout}: only tileattn's layouts take :a (SDPA does not append)")
+    if append and layout in ("copy", "flash", "cudnn", "func", "func-forward", "packed", "packed-forward"):
+        raise ValueError(f"layout {layout}: only tileattn's cache layouts take :a (SDPA and "
+                         "flash_attn_func do not append)")
+    if splits and layout in ("func", "func-forward", "packed", "packed-forward"):
+        raise ValueError(f"layout {layout}: flash_attn_func takes no :sN (the library picks the splits)")
     if layout.startswith("varlen") and (append or splits):
         raise ValueError(f"layout {layout}: the varlen call takes neither :a nor :sN")
     batch, length = caches[0][0].shape[:2]
@@ -101,6 +110,34 @@ def calls(layout, q, caches, seqlens):
             def run(qt=qt, kt=kt, vt=vt, kind=kind):
                 with sdpa_kernel(kind):
                     return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+        elif layout in ("func", "func-forward"):
+            # func-forward names its scale, so its repeat-call plan (_fwd_plan, keyed by the
+            # options) never serves func's calls, which keep the default scale and store none.
+            route = layout == "func"
+            options = {} if route else dict(softmax_scale=DIM ** -0.5)
+
+            def run(k_cache=k_cache, v_cache=v_cache, route=route, options=options):
+                kept = _batch_decode_route.DEVICES
+                _batch_decode_route.DEVICES = ("cuda",) if route else ()
+                try:
+                    return tileattn.flash_attn_func(q, k_cache, v_cache, **options)
+                finally:
+                    _batch_decode_route.DEVICES = kept
+        elif layout in ("packed", "packed-forward"):
+            route = layout == "packed"
+            options = {} if route else dict(softmax_scale=DIM ** -0.5)  # apart plans, as for func
+            rows = q.flatten(0, 1)
+            cu_q = torch.arange(batch + 1, device="cuda", dtype=torch.int32)
+            cu_k = cu_q * length
+
+            def run(k_cache=k_cache, v_cache=v_cache, route=route, options=options):
+                kept = _batch_decode_route.DEVICES
+                _batch_decode_route.DEVICES = ("cuda",) if route else ()
+                try:
+                    return tileattn.flash_attn_varlen_func(rows, k_cache.flatten(0, 1), v_cache.flatten(0, 1), cu_q,
+                                                           cu_k, 1, length, **options)
+                finally:
+                    _batch_decode_route.DEVICES = kept
         elif layout == "contiguous":
             def run(k_cache=k_cache, v_cache=v_cache):
                 return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,

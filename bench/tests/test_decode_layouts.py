@@ -19,9 +19,15 @@ def test_unknown_suffix_is_refused(layout):
         load_gpu_script("decode").parse_layout(layout)
 
 
-def test_sdpa_layouts_refuse_append():
+@pytest.mark.parametrize("layout", ["cudnn:a", "func:a", "func-forward:a", "packed:a"])
+def test_sdpa_and_func_layouts_refuse_append(layout):
     with pytest.raises(ValueError, match="only tileattn"):
-        load_gpu_script("decode").calls("cudnn:a", None, [(None, None)], None)
+        load_gpu_script("decode").calls(layout, None, [(None, None)], None)
+
+
+def test_func_layouts_refuse_splits():
+    with pytest.raises(ValueError, match="no :sN"):
+        load_gpu_script("decode").calls("func:s2", None, [(None, None)], None)
 
 
 @pytest.mark.parametrize("layout", ["varlen16:a", "varlen256:s2"])

@@ -23,7 +23,8 @@ import functools
 
 import torch
 
-from . import _fwd_plan, _kvcache_ops, _kvcache_plan, _ops, _paged_varlen, _paged_varlen_kvcache
+from . import (_batch_decode_route, _fwd_plan, _kvcache_ops, _kvcache_plan, _ops, _paged_varlen,
+               _paged_varlen_kvcache)
 from ._checks import Checker
 from ._ffi import InvalidArgumentError
 
@@ -59,6 +60,10 @@ def _batch_attention(check, q, k, v, names, dropout_p, softmax_scale, causal, wi
         check, q, dropout_p, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, q.shape[0], q.shape[2], q.device,
                                sdpa_heads=q.shape[1])
+    if _batch_decode_route.applies(q, k, v, dropout_p, return_attn_probs):
+        return flash_attn_with_kvcache(q, k, v, cache_seqlens=k.shape[1], softmax_scale=scale,
+                                       window_size=(left, right), softcap=softcap,
+                                       alibi_slopes=alibi_slopes)
     out, lse, probs, _ = _ops.call_fwd(
         q, k, v, dropout_p, scale, left, right, softcap, alibi_slopes, bool(return_attn_probs),
         bool(deterministic),
@@ -84,6 +89,10 @@ def _varlen_attention(check, q, k, v, names, cu_seqlens_q, cu_seqlens_k, cu_name
     dropout_p, scale, left, right, softcap = _options(
         check, q, dropout_p, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[1], q.device)
+    if _batch_decode_route.varlen_applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
+        return _batch_decode_route.varlen_attention(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, scale, left, right, softcap,
+            alibi_slopes, flash_attn_with_kvcache)
     # A plan points at the caller's index tensors: none for a call whose checks had to copy one.
     copied = any(a is not b for a, b in zip(given, (cu_seqlens_q, cu_seqlens_k, seqused_k)))
     out, lse, probs, _ = _ops.call_varlen_fwd(

@@ -1,0 +1,66 @@
+"""flash_attn_func and flash_attn_varlen_func calls shaped like a decode step (a model that passes
+its whole K/V each step, as Hugging Face's flash-attention path does, padded batches through the
+varlen call) run on CUDA as flash_attn_with_kvcache calls: the batch form's k and v as a full
+contiguous cache, the varlen form's packed k and v as one cache entry that every sequence reads
+from its cu_seqlens_k start (cache_batch_idx 0, cache_leftpad the start, cache_seqlens the end) with
+its query rows packed (cu_seqlens_q).
+
+The forward kernels give each (sequence, query head) CTAs of 64 or more query rows: with one row a
+sequence they multiply rows of padding and read a KV head's keys once per query head of its
+group.  The decode kernels put a KV group's query heads in one tile, read K/V once per group
+and split the keys over CTAs when sequences x KV heads cannot fill the GPU.  bottom-right
+alignment, windows, softcap and ALiBi mean the same in both calls (flash_attn_with_kvcache aligns
+its masks to the end of the cache, which is here the end of k), so the route changes only which
+kernels run.  Not taken when a gradient is wanted (the decode kernels have no backward), with
+dropout or attn_probs, or where a KV group has more than ROW_LIMIT query rows.  On the CPU the
+library makes this choice itself (src/cpu/kv_group_rows.cpp), for the C API too.
+"""
+
+import torch
+
+# Query rows of one KV group (seqlen_q x nheads / nheads_k) up to which the route is taken: one
+# tensor-core tile of the decode kernels, which then read K and V once (the paged varlen route's
+# rule, _paged_varlen_kvcache.py, where 16 is its measured-safe part).
+ROW_LIMIT = 16
+
+# Devices the route serves.  The CPU backend's own rule covers the CPU; the tests add "cpu" to
+# exercise this module on CI.
+DEVICES = ("cuda",)
+
+
+def applies(q, k, v, dropout_p, return_attn_probs):
+    """Whether a checked flash_attn_func call runs as a kvcache call."""
+    if q.device.type not in DEVICES or dropout_p != 0 or return_attn_probs:
+        return False
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        return False  # flash_attn_with_kvcache takes the caches' rows in place, never a copy
+    seqlen_q, heads, seqlen_k, heads_k = q.shape[1], q.shape[2], k.shape[1], k.shape[2]
+    return seqlen_k > 0 and seqlen_q * (heads // heads_k) <= ROW_LIMIT
+
+
+def varlen_applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
+    """Whether a checked flash_attn_varlen_func call without pages runs as a kvcache call."""
+    if q.device.type not in DEVICES or dropout_p != 0 or return_attn_probs or not isinstance(max_seqlen_q, int):
+        return False
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or k.shape[0] == 0:
+        return False
+    return max_seqlen_q * (q.shape[1] // k.shape[1]) <= ROW_LIMIT
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, scale, window_left,
+                     window_right, softcap, alibi_slopes, flash_attn_with_kvcache):
+    """The varlen call's output through flash_attn_with_kvcache (passed in: interface.py's), for
+    arguments that passed its checks and varlen_applies.  Index arithmetic is torch ops on q's
+    device: nothing is read back to the host."""
+    starts = cu_seqlens_k[:-1]
+    ends = cu_seqlens_k[1:] if seqused_k is None else starts + seqused_k
+    entry = torch.zeros_like(starts)  # every sequence reads the one cache entry, k itself
+    return flash_attn_with_kvcache(q, k[None], v[None], cache_seqlens=ends, cache_batch_idx=entry,
+                                   cache_leftpad=starts, softmax_scale=scale,
+                                   window_size=(window_left, window_right), softcap=softcap,
+                                   alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                                   max_seqlen_q=max_seqlen_q)
