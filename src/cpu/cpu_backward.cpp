@@ -63,7 +63,7 @@ struct Float32Operands {
 };
 
 struct BackwardScratch {
-  std::vector<float> q, dout, k, v;  // converted tiles (not float32)
+  std::vector<float> q, dout, k, v;  // converted tiles (not float32; none on the packed path)
   std::vector<float> dk, dv, probs, dprobs, dtanh, lse_log2, delta;
   // The AMX path's operands (bf16) and float32 sums, none read before written: per key tile K^T
   // and V^T (B of S and dP) and K (B of dQ); per tile pair P and dS as pairs (B of dV^T and dK^T)
@@ -75,8 +75,8 @@ struct BackwardScratch {
   Float32Operands float32_operands;
 
   BackwardScratch(int dim, const PackedQueryTiles* packed, bool on_simd)
-      : q(kBwdBlockM * dim), dout(kBwdBlockM * dim), k(kBwdBlockN * dim), v(kBwdBlockN * dim),
-        dk(packed ? 0 : kBwdBlockN * dim), dv(packed ? 0 : kBwdBlockN * dim), probs(kBwdBlockM * kBwdBlockN),
+      : q(packed ? 0 : kBwdBlockM * dim), dout(packed ? 0 : kBwdBlockM * dim), k(packed ? 0 : kBwdBlockN * dim),
+        v(packed ? 0 : kBwdBlockN * dim), dk(packed ? 0 : kBwdBlockN * dim), dv(packed ? 0 : kBwdBlockN * dim), probs(kBwdBlockM * kBwdBlockN),
         dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN), lse_log2(kBwdBlockM), delta(kBwdBlockM),
         float32_operands(on_simd ? dim : 0) {
     if (packed == nullptr) return;

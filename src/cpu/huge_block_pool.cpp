@@ -10,8 +10,6 @@
 namespace tileattn::cpu::huge_block_pool {
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
 struct Pool {
   std::mutex mutex;
   std::multimap<size_t, void*> blocks;  // by size, so take() finds the smallest that fits
@@ -39,6 +37,7 @@ Block take(size_t bytes) {
       return block;
     }
   }
+  bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;  // aligned_alloc takes whole alignments
   void* data = std::aligned_alloc(kHugePage, bytes);
   if (data == nullptr) throw std::bad_alloc();
   madvise(data, bytes, MADV_HUGEPAGE);  // advice: its failure changes nothing

@@ -9,6 +9,9 @@
 
 namespace tileattn::cpu::huge_block_pool {
 
+// Blocks' size unit and alignment: one transparent huge page.
+constexpr size_t kHugePage = size_t{2} << 20;
+
 // The most bytes the pool keeps: a bf16 d128 S=4096 backward (B=1, H=8) asks for ~60 MB of
 // scratch; a call that needs more keeps what fits and gives the rest back.
 constexpr size_t kMaxKeptBytes = size_t{256} << 20;
@@ -18,9 +21,9 @@ struct Block {
   size_t bytes;  // its size, at least what was asked for
 };
 
-// A block of at least `bytes` (a multiple of 2 MiB), aligned to 2 MiB and offered to transparent
-// huge pages: a kept block of `bytes` to 2 `bytes` if there is one (its pages already in), else a
-// fresh one of `bytes`.  Throws std::bad_alloc.
+// A block of at least `bytes`, aligned to kHugePage and offered to transparent huge pages: a kept
+// block of `bytes` to 2 `bytes` if there is one (its pages already in), else a fresh one of `bytes`
+// rounded up to whole huge pages.  Throws std::bad_alloc.
 Block take(size_t bytes);
 
 // Returns a block from take: kept while the pool holds no more than kMaxKeptBytes with it, else

@@ -43,8 +43,12 @@ void forward_kv_group_rows(const ForwardParams& p) {
   std::unique_ptr<float[]> q(new float[elements]), out(new float[elements]);
   std::unique_ptr<float[]> lse(new float[static_cast<size_t>(rows) * H]);
   // Sequence b's packed rows and where its row i lies in q and out.
-  auto first_row = [&](int b) -> int64_t { return varlen ? p.cu_seqlens_q[b] : static_cast<int64_t>(b) * p.seqlen_q; };
-  auto q_at = [&](int b, int i) { return varlen ? (first_row(b) + i) * p.q_row_stride : b * p.q_batch_stride + i * p.q_row_stride; };
+  auto first_row = [&](int b) -> int64_t {
+    return varlen ? p.cu_seqlens_q[b] : static_cast<int64_t>(b) * p.seqlen_q;
+  };
+  auto q_at = [&](int b, int i) {
+    return varlen ? (first_row(b) + i) * p.q_row_stride : b * p.q_batch_stride + i * p.q_row_stride;
+  };
   auto out_at = [&](int b, int i) {
     return varlen ? (first_row(b) + i) * p.out_row_stride : b * p.out_batch_stride + i * p.out_row_stride;
   };
@@ -86,7 +90,8 @@ void forward_kv_group_rows(const ForwardParams& p) {
     const SequenceView seq = sequence_view(p, b), swapped_seq = sequence_view(g, b);
     for (int i = 0; i < seq.seqlen_q; ++i) {
       for (int h = 0; h < H; ++h) {
-        store_row(p.dtype, out.get() + swapped.offset(first_row(b) + i, h), D, p.out, out_at(b, i) + h * p.out_head_stride);
+        store_row(p.dtype, out.get() + swapped.offset(first_row(b) + i, h), D, p.out,
+                  out_at(b, i) + h * p.out_head_stride);
         p.softmax_lse[lse_offset(p, seq, i, h)] = lse[lse_offset(g, swapped_seq, i * group + h % group, h / group)];
       }
     }

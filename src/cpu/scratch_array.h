@@ -46,12 +46,12 @@ class ScratchArray {
   const T& operator[](size_t i) const { return data()[i]; }
 
  private:
-  static constexpr size_t kHugePage = size_t{2} << 20;
+  static constexpr size_t kHugePage = huge_block_pool::kHugePage;
 
-  // Blocks of 2 MiB and more from the pool (whole huge pages); smaller ones 64-byte aligned.
+  // Blocks of 2 MiB and more from the pool; smaller ones 64-byte aligned.
   static huge_block_pool::Block allocate(size_t bytes) {
     if (bytes == 0) return {nullptr, 0};
-    if (bytes >= kHugePage) return huge_block_pool::take((bytes + kHugePage - 1) / kHugePage * kHugePage);
+    if (bytes >= kHugePage) return huge_block_pool::take(bytes);
     bytes = (bytes + 63) / 64 * 64;  // aligned_alloc takes whole alignments
     void* data = std::aligned_alloc(64, bytes);
     if (data == nullptr) throw std::bad_alloc();

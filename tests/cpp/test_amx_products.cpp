@@ -46,7 +46,8 @@ amx::Engine engine_with(const char* value) {
 std::vector<amx::Engine> engines_present() {
   std::vector<amx::Engine> engines;
   for (const char* value : {"on", "dot"}) {
-    if (engine_with(value) != amx::Engine::kNone) engines.push_back(engine_with(value));
+    const amx::Engine engine = engine_with(value);
+    if (engine != amx::Engine::kNone) engines.push_back(engine);
   }
   return engines;
 }
