@@ -138,9 +138,13 @@ def calls(layout, q, caches, seqlens):
                                                            cu_k, 1, length, **options)
                 finally:
                     _batch_decode_route.DEVICES = kept
-        elif layout == "contiguous":
-            def run(k_cache=k_cache, v_cache=v_cache):
-                return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+        elif layout in ("contiguous", "contiguous-int"):
+            # contiguous-int: cache_seqlens as one Python int for every sequence (flash-attn's
+            # other form), which the seqlens here allow: all sequences hold the same tokens.
+            lengths = int(seqlens[0]) if layout == "contiguous-int" else seqlens
+
+            def run(k_cache=k_cache, v_cache=v_cache, lengths=lengths):
+                return tileattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths,
                                                         num_splits=splits, **new)
         elif layout.startswith("varlen"):
             run = varlen_call(layout, q, k_cache, v_cache, seqlens)

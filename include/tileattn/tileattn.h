@@ -173,7 +173,8 @@ typedef struct tileattn_bwd_params {
 typedef struct tileattn_kvcache_params {
   tileattn_fwd_params fwd;
   const int32_t* cache_seqlens;   /* (B): tokens in the cache before the append; required
-                                   * unless fwd.cu_seqlens_k gives the lengths (above) */
+                                   * unless fwd.cu_seqlens_k gives the lengths (above) or
+                                   * uniform_cache_seqlen one length for all (below) */
   const int32_t* cache_batch_idx; /* (B) or NULL */
   const int32_t* cache_leftpad;   /* (B) or NULL */
   const int32_t* block_table;     /* (num_cache_entries, max_blocks) or NULL (contiguous cache) */
@@ -197,6 +198,12 @@ typedef struct tileattn_kvcache_params {
   void* workspace;
   int64_t workspace_bytes;
   int32_t max_seqlen_k; /* with fwd.cu_seqlens_k in place of cache_seqlens (above) */
+  /* flash-attn's int cache_seqlens: with uniform_cache_seqlen nonzero (and cache_seqlens and
+   * fwd.cu_seqlens_k NULL) every sequence holds cache_seqlen tokens before the append.  No device
+   * array is read, so a CUDA call needs no kernel to fill one, and the value is checked on the
+   * host: cache_seqlen in [0, fwd.seqlen_k - seqlen_new]. */
+  int32_t uniform_cache_seqlen;
+  int32_t cache_seqlen;
 } tileattn_kvcache_params;
 
 /* Fills defaults: everything zero/NULL except window_left = window_right = -1. */

@@ -93,6 +93,7 @@ class KvCacheParams(ctypes.Structure):
         ("num_splits", _i32),
         ("workspace", _ptr), ("workspace_bytes", _i64),
         ("max_seqlen_k", _i32),
+        ("uniform_cache_seqlen", _i32), ("cache_seqlen", _i32),
     ]
 
 

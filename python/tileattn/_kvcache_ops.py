@@ -27,14 +27,15 @@ def _kvcache_fwd_impl(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[T
                 rotary_interleaved: bool, alibi_slopes: Optional[Tensor],
                 num_splits: int, cu_seqlens_q: Optional[Tensor], max_seqlen_q: int,
                 cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
-                max_seqlen_k: int) -> Tuple[Tensor, Tensor]:
+                max_seqlen_k: int, cache_seqlen: int = -1) -> Tuple[Tensor, Tensor]:
     """Returns (out, softmax_lse (B, H, Sq), or (H, total_q) with cu_seqlens_q); k_cache and
-    v_cache receive k and v."""
+    v_cache receive k and v.  cache_seqlen >= 0: every sequence's cache length, with
+    cache_seqlens None (flash-attn's int form)."""
     params, out, lse, copies = kvcache_params(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
         rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q, cu_seqlens_k,
-        seqused_k, max_seqlen_k)
+        seqused_k, max_seqlen_k, cache_seqlen)
     _on_device(q.device, forward_kvcache, params)
     del copies  # alive until the library has read them
     return out, lse
@@ -49,12 +50,15 @@ def forward_kvcache(params, workspace_bytes=None):
 def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                    cache_batch_idx, cache_leftpad, block_table, softmax_scale, window_left,
                    window_right, softcap, rotary_interleaved, alibi_slopes, num_splits,
-                   cu_seqlens_q=None, max_seqlen_q=0, cu_seqlens_k=None, seqused_k=None, max_seqlen_k=0):
+                   cu_seqlens_q=None, max_seqlen_q=0, cu_seqlens_k=None, seqused_k=None, max_seqlen_k=0,
+                   cache_seqlen=-1):
     """(params, out, lse, copies) for one kvcache call (q packed (total_q, H, D) when
     cu_seqlens_q is given; the cache lengths from cu_seqlens_k and seqused_k when cache_seqlens
-    is None, as a paged varlen call gives them).  `copies` holds the inputs copied to
-    make a last dim contiguous, which params point at: the caller keeps it until the library
-    call returns (on the CPU backend a freed copy's memory is reused at once)."""
+    is None, as a paged varlen call gives them, or cache_seqlen for every sequence when it is
+    >= 0: an int cache_seqlens, which the library takes without a device array).  `copies`
+    holds the inputs copied to make a last dim contiguous, which params point at: the caller
+    keeps it until the library call returns (on the CPU backend a freed copy's memory is reused
+    at once)."""
     given = (q, k, v, rotary_cos, rotary_sin, alibi_slopes)
     q, k, v, rotary_cos, rotary_sin, alibi_slopes = (_last_dim_contiguous(x) for x in given)
     if rotary_cos is not None:
@@ -77,6 +81,8 @@ def kvcache_params(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seql
         params.fwd.cu_seqlens_q, params.fwd.total_q = cu_seqlens_q.data_ptr(), q.shape[0]
         params.fwd.lse_batch_stride, params.fwd.lse_head_stride = 0, lse.stride(0)
     params.cache_seqlens = _opt_ptr(cache_seqlens)
+    if cache_seqlen >= 0:
+        params.uniform_cache_seqlen, params.cache_seqlen = 1, cache_seqlen
     if cu_seqlens_k is not None:
         params.fwd.cu_seqlens_k, params.fwd.seqused_k = cu_seqlens_k.data_ptr(), _opt_ptr(seqused_k)
         params.max_seqlen_k = max_seqlen_k
@@ -118,7 +124,7 @@ kvcache_fwd = torch.library.custom_op(
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
       cache_leftpad, block_table, softmax_scale, window_left, window_right, softcap,
       rotary_interleaved, alibi_slopes, num_splits, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k,
-      max_seqlen_k):
+      max_seqlen_k, cache_seqlen=-1):
     return q.new_empty(q.shape), q.new_empty(lse_shape(q, cu_seqlens_q), dtype=torch.float32)
 
 

@@ -68,17 +68,17 @@ def run(key, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
     template, lse_like, on_cuda, workspace_bytes = plan
     if on_cuda and on_other_device(q):
         return None
-    if isinstance(cache_seqlens, int):  # as the full path takes it
-        if not 0 <= cache_seqlens <= INT32_MAX:
-            return None  # the full path names cache_seqlens
-        batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
-        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    if isinstance(cache_seqlens, int) and not 0 <= cache_seqlens <= INT32_MAX:
+        return None  # the full path names cache_seqlens
     out = _ops._new_output(q)
     lse = _ops._new_output(lse_like)
     params = _ffi.KvCacheParams.from_buffer_copy(template)
     fill_call(params.fwd, on_cuda, q, k_cache, v_cache, out, lse, alibi_slopes)
     # Optional tensors: the signature fixes which are present; absent ones stay 0 from the plan.
-    if cache_seqlens is not None:
+    # An int cache_seqlens is the plan's uniform length (the signature keeps its type).
+    if isinstance(cache_seqlens, int):
+        params.cache_seqlen = cache_seqlens
+    elif cache_seqlens is not None:
         params.cache_seqlens = cache_seqlens.data_ptr()
     if cache_batch_idx is not None:
         params.cache_batch_idx = cache_batch_idx.data_ptr()

@@ -151,12 +151,9 @@ void forward_kvcache(const KvCacheParams& params) {
   validate_kvcache(p);
   p.fwd = resolve_defaults(p.fwd);
   if (p.fwd.device == TILEATTN_DEVICE_CPU) {
-    std::vector<int32_t> lengths;  // the CPU backend reads cache_seqlens: derived from cu_seqlens_k
-    if (p.cache_seqlens == nullptr && p.fwd.cu_seqlens_k != nullptr) {
-      lengths = cache_lengths_of_varlen_keys(p);
-      p.cache_seqlens = lengths.data();
-      p.fwd.cu_seqlens_k = p.fwd.seqused_k = nullptr;
-    }
+    // The CPU backend reads cache_seqlens: derived from cu_seqlens_k or the uniform length.
+    const std::vector<int32_t> lengths = cache_lengths_array(p);
+    if (p.cache_seqlens == nullptr) p = with_cache_lengths(p, lengths);
     validate_kvcache_contents(p);
     on_host(p.fwd, "decode", [&] { cpu_forward_kvcache(p); });
     return;

@@ -419,6 +419,10 @@ void validate_kvcache(const KvCacheParams& p) {
   const bool packed_q = f.cu_seqlens_q != nullptr;
   const bool varlen_keys = f.cu_seqlens_k != nullptr;  // key counts from cu_seqlens_k (tileattn.h)
   if (varlen_keys && p.cache_seqlens) invalid("cu_seqlens_k", "give cache_seqlens or cu_seqlens_k, not both");
+  if (p.uniform_cache_seqlen && (p.cache_seqlens || varlen_keys)) {
+    invalid("cache_seqlens", "a uniform cache_seqlen is given with ",
+            p.cache_seqlens ? "a cache_seqlens array" : "cu_seqlens_k", "; give one of them");
+  }
   if (varlen_keys && !packed_q) {
     invalid("cu_seqlens_k", "cache lengths from cu_seqlens_k need packed query rows (cu_seqlens_q)");
   }
@@ -433,7 +437,9 @@ void validate_kvcache(const KvCacheParams& p) {
   if (varlen_keys && p.rotary_cos) invalid("rotary_cos", "rotary needs cache_seqlens, not cu_seqlens_k");
   if (f.dropout_p != 0.0f) invalid("dropout_p", "flash_attn_with_kvcache has no dropout");
   if (f.attn_probs) invalid("attn_probs", "flash_attn_with_kvcache returns no attention probabilities");
-  if (p.cache_seqlens == nullptr && !varlen_keys && f.batch > 0) invalid("cache_seqlens", "cache_seqlens is required");
+  if (p.cache_seqlens == nullptr && !varlen_keys && !p.uniform_cache_seqlen && f.batch > 0) {
+    invalid("cache_seqlens", "cache_seqlens is required");
+  }
   const bool paged = p.block_table != nullptr;
   if (p.num_cache_entries < 1) {
     invalid(paged ? "block_table" : "k_cache", paged ? "block_table has " : "k_cache has ",
@@ -508,6 +514,21 @@ void validate_kvcache(const KvCacheParams& p) {
     if (p.rotary_seqlen < 1) invalid("rotary_cos", "rotary_cos has ", p.rotary_seqlen, " positions");
   }
   if (p.num_splits < 0) invalid("num_splits", "num_splits is ", p.num_splits, "; it must be >= 0");
+  // A uniform length is on the host: its range is checked here, on every backend, where an
+  // array's entries are checked by the kernels (or validate_kvcache_contents).
+  if (p.uniform_cache_seqlen) {
+    const int64_t end = int64_t{p.cache_seqlen} + (p.k_new ? p.seqlen_new : 0);
+    if (p.cache_seqlen < 0) invalid("cache_seqlens", "cache_seqlens is ", p.cache_seqlen, "; it must be >= 0");
+    if (end > f.seqlen_k) {
+      invalid("cache_seqlens", "the sequences need ", end, " cache slots (cache_seqlens = ", p.cache_seqlen,
+              " plus the new tokens); the cache holds ", f.seqlen_k);
+    }
+    const int64_t last_rotary = int64_t{p.cache_seqlen} + rotary_positions_past_cache(p) - 1;
+    if (p.rotary_cos && last_rotary >= p.rotary_seqlen) {
+      invalid("rotary_cos", "the sequences need rotary position ", last_rotary, "; rotary_cos has ", p.rotary_seqlen,
+              " positions");
+    }
+  }
   check_workspace(p.workspace, p.workspace_bytes);
   check_kvcache_overlaps(p, q_side, q_tensors, t);
 }
@@ -535,8 +556,10 @@ void check_cu_seqlens(const char* name, const int32_t* cu, int batch, int64_t to
 
 }  // namespace
 
-std::vector<int32_t> cache_lengths_of_varlen_keys(const KvCacheParams& p) {
+std::vector<int32_t> cache_lengths_array(const KvCacheParams& p) {
   const ForwardParams& f = p.fwd;
+  if (p.cache_seqlens != nullptr) return {};
+  if (p.uniform_cache_seqlen) return std::vector<int32_t>(static_cast<size_t>(f.batch), p.cache_seqlen);
   std::vector<int32_t> lengths(static_cast<size_t>(f.batch));
   for (int b = 0; b < f.batch; ++b) {
     const int64_t keys = static_cast<int64_t>(f.cu_seqlens_k[b + 1]) - f.cu_seqlens_k[b];
@@ -553,12 +576,18 @@ std::vector<int32_t> cache_lengths_of_varlen_keys(const KvCacheParams& p) {
   return lengths;
 }
 
+KvCacheParams with_cache_lengths(const KvCacheParams& p, const std::vector<int32_t>& lengths) {
+  KvCacheParams q = p;
+  q.cache_seqlens = lengths.data();
+  q.fwd.cu_seqlens_k = q.fwd.seqused_k = nullptr;
+  q.uniform_cache_seqlen = 0;
+  return q;
+}
+
 void validate_kvcache_contents(const KvCacheParams& params) {
-  if (params.cache_seqlens == nullptr && params.fwd.cu_seqlens_k != nullptr) {
-    const std::vector<int32_t> lengths = cache_lengths_of_varlen_keys(params);
-    KvCacheParams with_lengths = params;
-    with_lengths.cache_seqlens = lengths.data();
-    validate_kvcache_contents(with_lengths);
+  if (params.cache_seqlens == nullptr && (params.fwd.cu_seqlens_k != nullptr || params.uniform_cache_seqlen)) {
+    const std::vector<int32_t> lengths = cache_lengths_array(params);
+    validate_kvcache_contents(with_cache_lengths(params, lengths));
     return;
   }
   const KvCacheParams& p = params;

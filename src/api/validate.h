@@ -25,7 +25,13 @@ void validate_sequence_lengths(const ForwardParams& p);
 void validate_kvcache_contents(const KvCacheParams& p);
 
 // The cache lengths of a kvcache call that gives them through fwd.cu_seqlens_k and seqused_k
-// instead of cache_seqlens (tileattn.h), after checking those arrays' rules (host memory).
-std::vector<int32_t> cache_lengths_of_varlen_keys(const KvCacheParams& p);
+// (after checking those arrays' rules; host memory) or as one uniform cache_seqlen instead of the
+// cache_seqlens array (tileattn.h), for the host code that reads cache_seqlens[b]; empty where
+// the call gives the array.
+std::vector<int32_t> cache_lengths_array(const KvCacheParams& p);
+
+// p with `lengths` as its cache_seqlens array (cu_seqlens_k, seqused_k and the uniform length
+// cleared); `lengths` must outlive the result.
+KvCacheParams with_cache_lengths(const KvCacheParams& p, const std::vector<int32_t>& lengths);
 
 }  // namespace tileattn

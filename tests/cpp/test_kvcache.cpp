@@ -28,6 +28,7 @@ struct KvCase {
   int rotary_dim = 0;                  // 0: no rotary
   bool interleaved = true;
   int window_left = -1;
+  bool uniform = false;                // cache_seqlens as one length (all entries equal)
 };
 
 // Storage helpers: values kept as the dtype's bits in a float32/uint16 buffer.
@@ -129,6 +130,10 @@ void run_kvcache(const KvCase& c) {
   f.window_right = c.causal ? 0 : -1;
   f.dtype = c.dtype;
   p.cache_seqlens = seqlens.data();
+  if (c.uniform) {
+    ASSERT_TRUE(std::all_of(seqlens.begin(), seqlens.end(), [&](int32_t s) { return s == seqlens[0]; }));
+    p.cache_seqlens = nullptr, p.uniform_cache_seqlen = 1, p.cache_seqlen = seqlens[0];
+  }
   p.cache_batch_idx = c.batch_idx ? batch_idx.data() : nullptr;
   p.cache_leftpad = c.leftpad ? leftpad.data() : nullptr;
   p.num_cache_entries = entries;
@@ -221,6 +226,11 @@ std::vector<KvCase> kv_cases() {
   c.leftpad = true, c.window_left = 50, c.rotary_dim = 16, c.seqlen_q = 4, c.seqlen_new = 4, list.push_back(c);
   c = KvCase{}, c.name = "mqa_prefill_causal", c.heads = 7, c.heads_k = 1, c.seqlen_q = 17, c.seqlen_new = 17,
   c.causal = true, c.cache_seqlens = {0, 100, 200}, c.dim = 40, list.push_back(c);
+  c = KvCase{}, c.name = "uniform_seqlen_paged16_rotary", c.uniform = true, c.cache_seqlens = {250, 250, 250},
+  c.page_size = 16, c.cache_len = 320, c.rotary_dim = 32, c.causal = true, c.seqlen_q = 3, c.seqlen_new = 3,
+  list.push_back(c);
+  c = KvCase{}, c.name = "uniform_seqlen_batch_idx_leftpad_fp32", c.uniform = true, c.cache_seqlens = {127, 127, 127},
+  c.batch_idx = true, c.leftpad = true, c.dtype = TILEATTN_FLOAT32, list.push_back(c);
   return list;
 }
 

@@ -381,6 +381,25 @@ TEST(Validation, KvCache) {
   expect_kvcache_error([](KvValid& v) { v.seqlens = {-1, 2}; }, "cache_seqlens");
   expect_kvcache_error([](KvValid& v) { v.p.cache_leftpad = v.leftpad.data(); }, "cache_leftpad");
   expect_kvcache_error([](KvValid& v) { v.p.cache_seqlens = moved_bytes(v.seqlens.data(), 2); }, "cache_seqlens");
+  // One length for every sequence (an int cache_seqlens), checked on the host on every backend.
+  auto uniform = [](KvValid& v, int seqlen) {
+    v.p.cache_seqlens = nullptr, v.p.uniform_cache_seqlen = 1, v.p.cache_seqlen = seqlen;
+  };
+  KvValid uniform_ok;
+  uniform(uniform_ok, 16);
+  EXPECT_NO_THROW(forward_kvcache(uniform_ok.p));
+  expect_kvcache_error([&](KvValid& v) { uniform(v, 16), v.p.cache_seqlens = v.seqlens.data(); }, "cache_seqlens");
+  expect_kvcache_error([&](KvValid& v) { uniform(v, -1); }, "cache_seqlens");
+  expect_kvcache_error([&](KvValid& v) { uniform(v, 17); }, "cache_seqlens");
+  expect_kvcache_error([&](KvValid& v) { uniform(v, 16), v.append_one_token(); }, "cache_seqlens");
+  expect_kvcache_error([&](KvValid& v) { uniform(v, 3), v.p.cache_leftpad = v.leftpad.data(); }, "cache_leftpad");
+  expect_kvcache_error(
+      [&](KvValid& v) {
+        uniform(v, 15), v.append_one_token();
+        v.p.rotary_cos = v.rot.data(), v.p.rotary_sin = v.rot.data();
+        v.p.rotary_dim = 4, v.p.rotary_seqlen = 15;
+      },
+      "rotary_cos");
   expect_kvcache_error([](KvValid& v) { v.p.fwd.k = moved_bytes(v.cache.data(), 2); }, "k_cache");
   expect_kvcache_error(
       [](KvValid& v) {

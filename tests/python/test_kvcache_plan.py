@@ -75,7 +75,7 @@ def test_copied_inputs_get_no_plan(device):
     assert _kvcache_plan.hits == hits and not _kvcache_plan._plans
 
 
-def test_an_int_cache_seqlens_is_made_per_call(device):
+def test_an_int_cache_seqlens_is_served_by_the_plan(device):
     args = dict(_small_args(device), cache_seqlens=40)
     expect = tileattn.flash_attn_with_kvcache(
         **dict(args, cache_seqlens=torch.full((2,), 40, dtype=torch.int32, device=device)))

@@ -70,7 +70,7 @@ TILEATTN_HOST_DEVICE int varlen_cache_length(const tileattn_kvcache_params& p, i
 
 TILEATTN_HOST_DEVICE SequenceKeys sequence_keys(const tileattn_kvcache_params& p, int b) {
   SequenceKeys s;
-  s.seqlen = p.cache_seqlens ? p.cache_seqlens[b] : varlen_cache_length(p, b);
+  s.seqlen = p.cache_seqlens ? p.cache_seqlens[b] : p.uniform_cache_seqlen ? p.cache_seqlen : varlen_cache_length(p, b);
   const int added = p.k_new ? p.seqlen_new : 0;
   s.first = p.cache_leftpad ? p.cache_leftpad[b] : 0;
   s.row = p.cache_batch_idx ? p.cache_batch_idx[b] : b;

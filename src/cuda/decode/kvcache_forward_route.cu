@@ -129,10 +129,14 @@ KvIndex route_kv_index(const KvCacheParams& p, bool packed) {
 
 // The buffers for the params' checks only: the key counts' place marks the sequence bounds, and
 // the workspace's copies are 256-byte aligned, as a null pointer is (sm90_forward_serves reads
-// pointers for their alignment alone).
+// pointers for their alignment alone).  A uniform cache_seqlen has no array: the mark is then
+// any aligned address, never read.
 RouteBuffers check_buffers(const KvCacheParams& p) {
-  return {const_cast<int32_t*>(p.cache_seqlens != nullptr ? p.cache_seqlens : p.fwd.cu_seqlens_k), nullptr, nullptr,
-          nullptr};
+  alignas(256) static const int32_t uniform_lengths_mark[1] = {0};
+  const int32_t* lengths = p.cache_seqlens != nullptr ? p.cache_seqlens
+                           : p.uniform_cache_seqlen    ? uniform_lengths_mark
+                                                       : p.fwd.cu_seqlens_k;
+  return {const_cast<int32_t*>(lengths), nullptr, nullptr, nullptr};
 }
 
 bool forward_route_possible(const KvCacheParams& p) {
