@@ -1,9 +1,9 @@
 """flash_attn_func and flash_attn_varlen_func calls shaped like a decode step (a model that passes
 its whole K/V each step, as Hugging Face's flash-attention path does, padded batches through the
 varlen call) run on CUDA as flash_attn_with_kvcache calls: the batch form's k and v as a full
-contiguous cache, the varlen form's packed k and v as one cache entry that every sequence reads
-from its cu_seqlens_k start (cache_batch_idx 0, cache_leftpad the start, cache_seqlens the end) with
-its query rows packed (cu_seqlens_q).
+contiguous cache, the varlen form's packed k and v as a cache whose entries are all k (a batch
+stride of 0), each sequence reading it from its cu_seqlens_k start (cache_leftpad the start,
+cache_seqlens the end) with its query rows packed (cu_seqlens_q).
 
 The forward kernels give each (sequence, query head) CTAs of 64 or more query rows: with one row a
 sequence they multiply rows of padding and read a KV head's keys once per query head of its
@@ -14,9 +14,19 @@ its masks to the end of the cache, which is here the end of k), so the route cha
 kernels run.  Not taken when a gradient is wanted (the decode kernels have no backward), with
 dropout or attn_probs, or where a KV group has more than ROW_LIMIT query rows.  On the CPU the
 library makes this choice itself (src/cpu/kv_group_rows.cpp), for the C API too.
+
+Bad varlen index contents keep the forward's contract on the route: a sequence whose cu_seqlens_k
+entries are out of order, or whose seqused_k is negative or past its keys, gets NaN outputs (the
+kvcache call's rule cache_leftpad <= cache_seqlens, and a length of -1 where seqused_k exceeds the
+keys; without the latter the sequence would read its neighbour's keys).  max_seqlen_k is not read:
+a sequence longer than it gets its attention, where the forward kernels give NaN.  With
+TILEATTN_CHECK_CONTENTS=on the route is not taken, so the forward's host checks raise naming the
+argument.
 """
 
 import torch
+
+from . import _host_contents
 
 # Query rows of one KV group (seqlen_q x nheads / nheads_k) up to which the route is taken: one
 # tensor-core tile of the decode kernels, which then read K and V once (the paged varlen route's
@@ -48,6 +58,8 @@ def varlen_applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
         return False
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or k.shape[0] == 0:
         return False
+    if q.device.type != "cpu" and _host_contents.read_on_host(q.device):
+        return False  # the forward path's host checks name cu_seqlens_k, seqused_k, max_seqlen_k
     return max_seqlen_q * (q.shape[1] // k.shape[1]) <= ROW_LIMIT
 
 
@@ -57,9 +69,15 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_
     arguments that passed its checks and varlen_applies.  Index arithmetic is torch ops on q's
     device: nothing is read back to the host."""
     starts = cu_seqlens_k[:-1]
-    ends = cu_seqlens_k[1:] if seqused_k is None else starts + seqused_k
-    entry = torch.zeros_like(starts)  # every sequence reads the one cache entry, k itself
-    return flash_attn_with_kvcache(q, k[None], v[None], cache_seqlens=ends, cache_batch_idx=entry,
+    ends = cu_seqlens_k[1:]
+    if seqused_k is not None:  # four more small kernels, for calls that give seqused_k only
+        ends = torch.where(seqused_k <= ends - starts, starts + seqused_k, -1)
+    # Every sequence's cache entry is k itself: a batch stride of 0, not a cache_batch_idx of
+    # zeros, which took one more kernel a call (1 us, 8% of a 1 x 2k step in a CUDA graph on an
+    # H100; the same bits).
+    batch = starts.shape[0]
+    k_cache, v_cache = k[None].expand(batch, -1, -1, -1), v[None].expand(batch, -1, -1, -1)
+    return flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=ends,
                                    cache_leftpad=starts, softmax_scale=scale,
                                    window_size=(window_left, window_right), softcap=softcap,
                                    alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,

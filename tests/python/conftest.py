@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tileattn
-from tileattn import _bwd_plan, _fwd_plan, _kvcache_plan, _ops
+from tileattn import _batch_decode_route, _bwd_plan, _fwd_plan, _kvcache_plan, _ops
 
 
 def _devices():
@@ -68,6 +68,14 @@ def no_plans():
     clear()
     yield
     clear()
+
+
+@pytest.fixture
+def no_decode_route(monkeypatch):
+    """flash_attn_func and flash_attn_varlen_func calls shaped like a decode step run as
+    flash_attn_with_kvcache calls on CUDA (tileattn/_batch_decode_route.py), whose plans and bits
+    are the KV-cache path's; a test of the forward path's own behaviour turns that off."""
+    monkeypatch.setattr(_batch_decode_route, "DEVICES", ())
 
 
 def dtypes_for(device):

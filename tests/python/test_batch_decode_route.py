@@ -10,7 +10,7 @@ import torch
 
 import attn_reference as ref
 import tileattn
-from conftest import FLOOR, assert_fa_close, dtypes_for
+from conftest import DEVICES, FLOOR, assert_fa_close, dtypes_for
 from tileattn import _batch_decode_route, flash_attn_func, interface
 
 # (seqlen_q, seqlen_k, nheads, nheads_k, headdim); seqlen_q x nheads / nheads_k <= 16.
@@ -131,3 +131,25 @@ def test_varlen_decode_shaped_calls_take_the_route_and_hold_the_rule(device, kvc
             truth = ref.attention(*args, dtype=torch.float64, **options)
             naive = ref.attention(*args, dtype=dtype, **options)
             assert_fa_close(f"out of sequence {b}", out[rows][None], naive["out"], truth["out"], FLOOR[dtype])
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="CUDA's NaN rule: the CPU backend raises instead")
+@pytest.mark.parametrize("case", ["seqused_k past the keys", "negative seqused_k", "keys out of order"])
+def test_varlen_route_gives_nan_for_bad_contents(monkeypatch, case):
+    """The forward kernels' rule on the route: the bad sequence's rows NaN, the others attend
+    (session 73's route read past a sequence's keys into the next one's for seqused_k above them)."""
+    cu_k = [0, 20, 50, 90] if case != "keys out of order" else [0, 20, 10, 90]
+    used = {"seqused_k past the keys": [20, 31, 40], "negative seqused_k": [20, -1, 40]}.get(case)
+    on = dict(device="cuda", dtype=torch.bfloat16)
+    q, k, v = torch.randn(3, 4, 64, **on), torch.randn(90, 1, 64, **on), torch.randn(90, 1, 64, **on)
+    cu_q = torch.arange(4, device="cuda", dtype=torch.int32)
+    seqused_k = None if used is None else torch.tensor(used, device="cuda", dtype=torch.int32)
+    calls = []
+    real = interface.flash_attn_with_kvcache
+    monkeypatch.setattr(interface, "flash_attn_with_kvcache", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    with torch.no_grad():
+        out = tileattn.flash_attn_varlen_func(q, k, v, cu_q, torch.tensor(cu_k, device="cuda", dtype=torch.int32),
+                                              1, 80, seqused_k=seqused_k)
+    assert calls, "the call did not take the route"
+    assert out[1].isnan().all(), "the bad sequence attended"
+    assert out[0].isfinite().all() and out[2].isfinite().all()

@@ -12,7 +12,7 @@ from test_attention import MASKS, SHAPES
 from tileattn import _fwd_plan, flash_attn_func
 
 
-pytestmark = pytest.mark.usefixtures("no_plans")
+pytestmark = pytest.mark.usefixtures("no_plans", "no_decode_route")
 
 
 def _inputs(shape, device, dtype=torch.bfloat16):
