@@ -26,7 +26,7 @@ argument.
 
 import torch
 
-from . import _host_contents
+from . import _host_contents, _kvcache_plan
 
 # Query rows of one KV group (seqlen_q x nheads / nheads_k) up to which the route is taken: one
 # tensor-core tile of the decode kernels, which then read K and V once (the paged varlen route's
@@ -63,11 +63,96 @@ def varlen_applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
     return max_seqlen_q * (q.shape[1] // k.shape[1]) <= ROW_LIMIT
 
 
+class _Address:
+    """Where a KV-cache plan's call reads a tensor's data_ptr(): a view of an argument
+    (cu_seqlens_k[1:], k expanded over the batch) without making the view, a torch op of ~2 us on
+    the CI host and up to ~10 on a busy GPU host."""
+
+    __slots__ = ("address",)
+
+    def __init__(self, address):
+        self.address = address
+
+    def data_ptr(self):
+        return self.address
+
+
+class _KvcacheCall:
+    """A route's flash_attn_with_kvcache call that keeps the signature of its first call, so that
+    later calls of the same shapes go to that call's plan (_kvcache_plan.run) without building the
+    signature again.  Every keyword is given (none left to flash_attn_with_kvcache's defaults), and
+    the signature is built from the same ones, so it is the key the call stored its plan under."""
+
+    def __init__(self, flash_attn_with_kvcache):
+        self.function = flash_attn_with_kvcache
+        self.key = None
+
+    def first(self, q, k_cache, v_cache, cache_seqlens, cache_leftpad, scale, window_left, window_right,
+              softcap, alibi_slopes, cu_seqlens_q=None, max_seqlen_q=None):
+        args = dict(k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=cache_seqlens,
+                    cache_batch_idx=None, cache_leftpad=cache_leftpad, block_table=None, softmax_scale=scale,
+                    causal=False, window_size=(window_left, window_right), softcap=softcap,
+                    rotary_interleaved=True, alibi_slopes=alibi_slopes, num_splits=0,
+                    cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q)
+        out = self.function(q, k_cache, v_cache, **args)
+        self.key = _kvcache_plan.signature(q, k_cache, v_cache, **args)
+        return out
+
+    def again(self, q, k_cache, v_cache, cache_seqlens, cache_leftpad, alibi_slopes, cu_seqlens_q=None):
+        """out from the first call's plan, or None where there is none (first() then runs)."""
+        if self.key is None:
+            return None
+        outputs = _kvcache_plan.run(self.key, q, k_cache, v_cache, None, None, None, None, cache_seqlens, None,
+                                    cache_leftpad, None, alibi_slopes, cu_seqlens_q)
+        return None if outputs is None else outputs[0]
+
+
+def batch_call(scale, window_left, window_right, softcap, flash_attn_with_kvcache):
+    """A flash_attn_func call that applies() admits, for its resolved options, as a function of
+    its tensors: call(q, k, v, alibi_slopes) -> out.  The repeat-call plan keeps it
+    (_fwd_plan.store_rerouted), so a decode loop's later calls skip flash_attn_func's checks and
+    the KV-cache call's signature; it returns None, sending such a call down the full path, where
+    the route no longer applies (the signature fixes the tensors' shapes, strides and grad mode,
+    not DEVICES)."""
+    kvcache = _KvcacheCall(flash_attn_with_kvcache)
+
+    def call(q, k, v, alibi_slopes):
+        if not applies(q, k, v, 0.0, False):
+            return None
+        out = kvcache.again(q, k, v, k.shape[1], None, alibi_slopes)
+        if out is None:
+            out = kvcache.first(q, k, v, k.shape[1], None, scale, window_left, window_right, softcap, alibi_slopes)
+        return out
+    return call
+
+
+def varlen_call(max_seqlen_q, scale, window_left, window_right, softcap, flash_attn_with_kvcache):
+    """batch_call's counterpart for flash_attn_varlen_func: call(q, k, v, cu_seqlens_q,
+    cu_seqlens_k, seqused_k, alibi_slopes) -> out, or None where varlen_applies no longer holds
+    (DEVICES, or TILEATTN_CHECK_CONTENTS switched on since).  Without seqused_k a repeated call
+    makes no torch op: its cache lengths and starts are addresses in cu_seqlens_k (contiguous, or
+    the checks' copy would have kept the call from the plan) and the cache is k's address."""
+    kvcache = _KvcacheCall(flash_attn_with_kvcache)
+
+    def call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes):
+        if not varlen_applies(q, k, v, 0.0, False, max_seqlen_q):
+            return None
+        if seqused_k is None:
+            starts = cu_seqlens_k.data_ptr()
+            out = kvcache.again(q, _Address(k.data_ptr()), _Address(v.data_ptr()), _Address(starts + 4),
+                                _Address(starts), alibi_slopes, cu_seqlens_q)
+            if out is not None:
+                return out
+        return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, scale,
+                                window_left, window_right, softcap, alibi_slopes, kvcache)
+    return call
+
+
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, scale, window_left,
-                     window_right, softcap, alibi_slopes, flash_attn_with_kvcache):
-    """The varlen call's output through flash_attn_with_kvcache (passed in: interface.py's), for
-    arguments that passed its checks and varlen_applies.  Index arithmetic is torch ops on q's
-    device: nothing is read back to the host."""
+                     window_right, softcap, alibi_slopes, kvcache):
+    """The varlen call's output through flash_attn_with_kvcache (`kvcache`, a _KvcacheCall of
+    interface.py's), for arguments that passed its checks and varlen_applies.  Index arithmetic is
+    torch ops on q's device: nothing is read back to the host."""
     starts = cu_seqlens_k[:-1]
     ends = cu_seqlens_k[1:]
     if seqused_k is not None:  # four more small kernels, for calls that give seqused_k only
@@ -77,8 +162,5 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_
     # H100; the same bits).
     batch = starts.shape[0]
     k_cache, v_cache = k[None].expand(batch, -1, -1, -1), v[None].expand(batch, -1, -1, -1)
-    return flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=ends,
-                                   cache_leftpad=starts, softmax_scale=scale,
-                                   window_size=(window_left, window_right), softcap=softcap,
-                                   alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
-                                   max_seqlen_q=max_seqlen_q)
+    return kvcache.first(q, k_cache, v_cache, ends, starts, scale, window_left, window_right, softcap, alibi_slopes,
+                         cu_seqlens_q, max_seqlen_q)

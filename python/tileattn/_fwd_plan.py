@@ -73,8 +73,35 @@ def store(key, params, lse, recorded, options):
                        kept))
 
 
-def _ready(key, q):
-    plan = _plans.get(key)
+class Rerouted:
+    """The plan of calls that the full path sends elsewhere (decode steps to the KV-cache kernels,
+    _batch_decode_route.py): `call` takes the call's tensors and returns out, or None where it no
+    longer applies."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call):
+        self.call = call
+
+
+def store_rerouted(key, call):
+    """Keep `call` for the next call with this signature."""
+    _plans.store(key, Rerouted(call))
+
+
+def _rerouted(plan, *tensors):
+    """out of a Rerouted plan, or None when the full path must run."""
+    global hits
+    if traced():
+        return None
+    out = plan.call(*tensors)
+    if out is not None:
+        hits += 1
+    return out
+
+
+def _ready(plan, q):
+    """`plan` where it may serve this call, else None."""
     if plan is None or traced() or (plan[2] and on_other_device(q)):
         return None
     return plan
@@ -104,7 +131,10 @@ def _run(plan, form, q, k, v, alibi_slopes, options, fill_more=None):
 
 def run(key, q, k, v, alibi_slopes):
     """flash_attn_func's out from the plan of `key`, or None when the full path must run."""
-    plan = _ready(key, q)
+    plan = _plans.get(key)
+    if isinstance(plan, Rerouted):
+        return _rerouted(plan, q, k, v, alibi_slopes)
+    plan = _ready(plan, q)
     if plan is None:
         return None
     kept = plan[4]  # (dropout_p, scale, left, right, softcap, alibi_slopes, return_probs, det)
@@ -113,7 +143,10 @@ def run(key, q, k, v, alibi_slopes):
 
 def run_varlen(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes):
     """flash_attn_varlen_func's out from the plan of `key`, or None when the full path must run."""
-    plan = _ready(key, q)
+    plan = _plans.get(key)
+    if isinstance(plan, Rerouted):
+        return _rerouted(plan, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes)
+    plan = _ready(plan, q)
     if plan is None:
         return None
     kept = plan[4]  # (cu_q, cu_k, seqused_k, max_q, max_k, dropout_p, scale, left, right, softcap,

@@ -61,9 +61,10 @@ def _batch_attention(check, q, k, v, names, dropout_p, softmax_scale, causal, wi
     alibi_slopes = check.alibi(alibi_slopes, q.shape[0], q.shape[2], q.device,
                                sdpa_heads=q.shape[1])
     if _batch_decode_route.applies(q, k, v, dropout_p, return_attn_probs):
-        return flash_attn_with_kvcache(q, k, v, cache_seqlens=k.shape[1], softmax_scale=scale,
-                                       window_size=(left, right), softcap=softcap,
-                                       alibi_slopes=alibi_slopes)
+        route = _batch_decode_route.batch_call(scale, left, right, softcap, flash_attn_with_kvcache)
+        if plan is not None:
+            _fwd_plan.store_rerouted(plan, route)
+        return route(q, k, v, alibi_slopes)
     out, lse, probs, _ = _ops.call_fwd(
         q, k, v, dropout_p, scale, left, right, softcap, alibi_slopes, bool(return_attn_probs),
         bool(deterministic),
@@ -89,12 +90,14 @@ def _varlen_attention(check, q, k, v, names, cu_seqlens_q, cu_seqlens_k, cu_name
     dropout_p, scale, left, right, softcap = _options(
         check, q, dropout_p, softmax_scale, causal, window_size, softcap)
     alibi_slopes = check.alibi(alibi_slopes, batch, q.shape[1], q.device)
-    if _batch_decode_route.varlen_applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
-        return _batch_decode_route.varlen_attention(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, scale, left, right, softcap,
-            alibi_slopes, flash_attn_with_kvcache)
     # A plan points at the caller's index tensors: none for a call whose checks had to copy one.
     copied = any(a is not b for a, b in zip(given, (cu_seqlens_q, cu_seqlens_k, seqused_k)))
+    if _batch_decode_route.varlen_applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
+        route = _batch_decode_route.varlen_call(max_seqlen_q, scale, left, right, softcap,
+                                                flash_attn_with_kvcache)
+        if plan is not None and not copied:
+            _fwd_plan.store_rerouted(plan, route)
+        return route(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes)
     out, lse, probs, _ = _ops.call_varlen_fwd(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
         scale, left, right, softcap, alibi_slopes, bool(return_attn_probs), bool(deterministic),

@@ -11,7 +11,7 @@ import torch
 import attn_reference as ref
 import tileattn
 from conftest import DEVICES, FLOOR, assert_fa_close, dtypes_for
-from tileattn import _batch_decode_route, flash_attn_func, interface
+from tileattn import _batch_decode_route, _fwd_plan, _kvcache_plan, flash_attn_func, interface
 
 # (seqlen_q, seqlen_k, nheads, nheads_k, headdim); seqlen_q x nheads / nheads_k <= 16.
 SHAPES = [(1, 1, 1, 1, 64), (1, 1000, 7, 1, 64), (2, 17, 7, 1, 128), (1, 127, 8, 2, 128), (3, 300, 4, 1, 64),
@@ -22,8 +22,10 @@ OPTIONS = {"none": {}, "causal": dict(causal=True), "window": dict(window_size=(
 
 
 @pytest.fixture
-def kvcache_calls(monkeypatch, device):
-    """The route's calls of flash_attn_with_kvcache, counted; the route also serves the CPU."""
+def kvcache_calls(monkeypatch, device, no_plans):
+    """The route's calls of flash_attn_with_kvcache, counted; the route also serves the CPU.  No
+    plan before or after: a route plan holds the function it was made with, another test's
+    counter."""
     monkeypatch.setattr(_batch_decode_route, "DEVICES", ("cuda", "cpu"))
     calls = []
     real = interface.flash_attn_with_kvcache
@@ -134,6 +136,7 @@ def test_varlen_decode_shaped_calls_take_the_route_and_hold_the_rule(device, kvc
 
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="CUDA's NaN rule: the CPU backend raises instead")
+@pytest.mark.usefixtures("no_plans")
 @pytest.mark.parametrize("case", ["seqused_k past the keys", "negative seqused_k", "keys out of order"])
 def test_varlen_route_gives_nan_for_bad_contents(monkeypatch, case):
     """The forward kernels' rule on the route: the bad sequence's rows NaN, the others attend
@@ -153,3 +156,63 @@ def test_varlen_route_gives_nan_for_bad_contents(monkeypatch, case):
     assert calls, "the call did not take the route"
     assert out[1].isnan().all(), "the bad sequence attended"
     assert out[0].isfinite().all() and out[2].isfinite().all()
+
+
+def _varlen_step(device):
+    """A packed decode step: 3 sequences of one query row, 7 heads over 1, 20-40 keys each."""
+    cu_q = torch.arange(4, device=device, dtype=torch.int32)
+    cu_k = torch.tensor([0, 20, 50, 90], device=device, dtype=torch.int32)
+    on = dict(device=device, dtype=torch.bfloat16)
+    return (torch.randn(3, 7, 64, **on), torch.randn(90, 1, 64, **on), torch.randn(90, 1, 64, **on), cu_q, cu_k)
+
+
+@pytest.mark.usefixtures("no_plans")
+@pytest.mark.parametrize("form", ["batch", "varlen"])
+def test_repeat_calls_take_the_route_from_the_plan(device, kvcache_calls, monkeypatch, form):
+    """A decode loop's later calls skip flash_attn_func's checks (_fwd_plan.Rerouted): the same
+    route and bits as the full path; the plan sends a call back to the full path once the route no
+    longer applies (DEVICES changed)."""
+    options = dict(causal=True, softcap=3.0)
+
+    def step(tensors):
+        if form == "batch":
+            return flash_attn_func(*tensors, **options)
+        q, k, v, cu_q, cu_k = tensors
+        return tileattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 1, 40, **options)
+
+    def fresh():
+        return inputs(device, torch.bfloat16, (1, 300, 7, 1, 64)) if form == "batch" else _varlen_step(device)
+
+    with torch.no_grad():
+        step(fresh())  # the full path; it leaves the plan
+        step(fresh())  # the route's own kvcache call remembers its plan's key
+        tensors = fresh()
+        hits, kvcache_hits, calls = _fwd_plan.hits, _kvcache_plan.hits, len(kvcache_calls)
+        out = step(tensors)
+        # Both plans serve the call, without flash_attn_with_kvcache's own entry (or its signature).
+        assert (_fwd_plan.hits, _kvcache_plan.hits) == (hits + 1, kvcache_hits + 1)
+        assert len(kvcache_calls) == calls
+        _fwd_plan._plans.clear()
+        assert torch.equal(out, step(tensors))
+        monkeypatch.setattr(_batch_decode_route, "DEVICES", ())
+        hits, calls = _fwd_plan.hits, len(kvcache_calls)
+        forward = step(tensors)
+        assert _fwd_plan.hits == hits and len(kvcache_calls) == calls, "the plan kept the route"
+    torch.testing.assert_close(forward, out, rtol=0, atol=2 ** -6)  # other kernels: a bf16 rounding
+
+
+@pytest.mark.skipif("cuda" not in DEVICES, reason="TILEATTN_CHECK_CONTENTS is read for CUDA calls")
+@pytest.mark.usefixtures("no_plans")
+def test_a_varlen_plan_leaves_the_route_when_contents_are_checked(monkeypatch):
+    calls = []
+    real = interface.flash_attn_with_kvcache
+    monkeypatch.setattr(interface, "flash_attn_with_kvcache", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    q, k, v, cu_q, _ = _varlen_step("cuda")
+    bad_cu_k = torch.tensor([0, 20, 10, 90], device="cuda", dtype=torch.int32)
+    with torch.no_grad():
+        tileattn.flash_attn_varlen_func(q, k, v, cu_q, bad_cu_k, 1, 80)  # NaN rows; the plan is stored
+        assert calls
+        monkeypatch.setenv("TILEATTN_CHECK_CONTENTS", "on")
+        with pytest.raises(ValueError) as raised:
+            tileattn.flash_attn_varlen_func(q, k, v, cu_q, bad_cu_k, 1, 80)
+    assert raised.value.argument == "cu_seqlens_k", str(raised.value)
