@@ -27,6 +27,11 @@ def kvcache_calls(monkeypatch, device, no_plans):
     plan before or after: a route plan holds the function it was made with, another test's
     counter."""
     monkeypatch.setattr(_batch_decode_route, "DEVICES", ("cuda", "cpu"))
+    return count_kvcache_calls(monkeypatch)
+
+
+def count_kvcache_calls(monkeypatch):
+    """flash_attn_with_kvcache's calls through interface (the route's), listed by their keywords."""
     calls = []
     real = interface.flash_attn_with_kvcache
 
@@ -147,9 +152,7 @@ def test_varlen_route_gives_nan_for_bad_contents(monkeypatch, case):
     q, k, v = torch.randn(3, 4, 64, **on), torch.randn(90, 1, 64, **on), torch.randn(90, 1, 64, **on)
     cu_q = torch.arange(4, device="cuda", dtype=torch.int32)
     seqused_k = None if used is None else torch.tensor(used, device="cuda", dtype=torch.int32)
-    calls = []
-    real = interface.flash_attn_with_kvcache
-    monkeypatch.setattr(interface, "flash_attn_with_kvcache", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    calls = count_kvcache_calls(monkeypatch)
     with torch.no_grad():
         out = tileattn.flash_attn_varlen_func(q, k, v, cu_q, torch.tensor(cu_k, device="cuda", dtype=torch.int32),
                                               1, 80, seqused_k=seqused_k)
@@ -204,9 +207,9 @@ def test_repeat_calls_take_the_route_from_the_plan(device, kvcache_calls, monkey
 @pytest.mark.skipif("cuda" not in DEVICES, reason="TILEATTN_CHECK_CONTENTS is read for CUDA calls")
 @pytest.mark.usefixtures("no_plans")
 def test_a_varlen_plan_leaves_the_route_when_contents_are_checked(monkeypatch):
-    calls = []
-    real = interface.flash_attn_with_kvcache
-    monkeypatch.setattr(interface, "flash_attn_with_kvcache", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    """TILEATTN_CHECK_CONTENTS=on, set after a route plan was made, still brings the forward's
+    host checks, which name the bad argument."""
+    calls = count_kvcache_calls(monkeypatch)
     q, k, v, cu_q, _ = _varlen_step("cuda")
     bad_cu_k = torch.tensor([0, 20, 10, 90], device="cuda", dtype=torch.int32)
     with torch.no_grad():
