@@ -178,13 +178,15 @@ def test_repeat_calls_take_the_route_from_the_plan(device, kvcache_calls, monkey
     options = dict(causal=True, softcap=3.0)
 
     def step(tensors):
+        *tensors, slopes = tensors
         if form == "batch":
-            return flash_attn_func(*tensors, **options)
+            return flash_attn_func(*tensors, alibi_slopes=slopes, **options)
         q, k, v, cu_q, cu_k = tensors
-        return tileattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 1, 40, **options)
+        return tileattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 1, 40, alibi_slopes=slopes, **options)
 
-    def fresh():
-        return inputs(device, torch.bfloat16, (1, 300, 7, 1, 64)) if form == "batch" else _varlen_step(device)
+    def fresh():  # every tensor new, the ALiBi slopes too: a plan must take this call's pointers
+        tensors = inputs(device, torch.bfloat16, (1, 300, 7, 1, 64)) if form == "batch" else _varlen_step(device)
+        return (*tensors, torch.rand(7, device=device, dtype=torch.float32))
 
     with torch.no_grad():
         step(fresh())  # the full path; it leaves the plan
