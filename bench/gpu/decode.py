@@ -31,6 +31,7 @@ events, as shared/anchors/measure_sdpa.py measured SDPA.
     python3 bench/gpu/decode.py [--batches 1 8] [--lengths 32768] [--out file.csv] [--png file.png]
 """
 import argparse
+import contextlib
 import csv
 import datetime
 import math
@@ -80,6 +81,18 @@ def parse_layout(layout):
     return name, splits[-1] if splits else 0, "a" in suffixes
 
 
+@contextlib.contextmanager
+def decode_route(on):
+    """The decode route of flash_attn_func / flash_attn_varlen_func on or off for the calls inside
+    (python/tileattn/_batch_decode_route.py)."""
+    kept = _batch_decode_route.DEVICES
+    _batch_decode_route.DEVICES = ("cuda",) if on else ()
+    try:
+        yield
+    finally:
+        _batch_decode_route.DEVICES = kept
+
+
 def calls(layout, q, caches, seqlens):
     """One zero-argument function per cache copy for `layout`."""
     layout, splits, append = parse_layout(layout)
@@ -112,17 +125,14 @@ def calls(layout, q, caches, seqlens):
                     return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
         elif layout in ("func", "func-forward"):
             # func-forward names its scale, so its repeat-call plan (_fwd_plan, keyed by the
-            # options) never serves func's calls, which keep the default scale and store none.
+            # options: a plan of the forward kernels, which does not look at the route) never
+            # serves func's calls, which keep the default scale (their plan is the route's).
             route = layout == "func"
             options = {} if route else dict(softmax_scale=DIM ** -0.5)
 
             def run(k_cache=k_cache, v_cache=v_cache, route=route, options=options):
-                kept = _batch_decode_route.DEVICES
-                _batch_decode_route.DEVICES = ("cuda",) if route else ()
-                try:
+                with decode_route(route):
                     return tileattn.flash_attn_func(q, k_cache, v_cache, **options)
-                finally:
-                    _batch_decode_route.DEVICES = kept
         elif layout in ("packed", "packed-forward"):
             route = layout == "packed"
             options = {} if route else dict(softmax_scale=DIM ** -0.5)  # apart plans, as for func
@@ -131,13 +141,9 @@ def calls(layout, q, caches, seqlens):
             cu_k = cu_q * length
 
             def run(k_cache=k_cache, v_cache=v_cache, route=route, options=options):
-                kept = _batch_decode_route.DEVICES
-                _batch_decode_route.DEVICES = ("cuda",) if route else ()
-                try:
+                with decode_route(route):
                     return tileattn.flash_attn_varlen_func(rows, k_cache.flatten(0, 1), v_cache.flatten(0, 1), cu_q,
                                                            cu_k, 1, length, **options)
-                finally:
-                    _batch_decode_route.DEVICES = kept
         elif layout in ("contiguous", "contiguous-int"):
             # contiguous-int: cache_seqlens as one Python int for every sequence (flash-attn's
             # other form), which the seqlens here allow: all sequences hold the same tokens.

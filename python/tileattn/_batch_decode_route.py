@@ -38,25 +38,28 @@ ROW_LIMIT = 16
 DEVICES = ("cuda",)
 
 
-def applies(q, k, v, dropout_p, return_attn_probs):
-    """Whether a checked flash_attn_func call runs as a kvcache call."""
+def _served(q, k, v, dropout_p, return_attn_probs):
+    """What both forms need: a device the route serves, no dropout or attn_probs, no gradient
+    wanted (the decode kernels have no backward), and rows whose last dim is contiguous
+    (flash_attn_with_kvcache takes the caches' rows in place, never a copy)."""
     if q.device.type not in DEVICES or dropout_p != 0 or return_attn_probs:
         return False
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return False
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
-        return False  # flash_attn_with_kvcache takes the caches' rows in place, never a copy
+    return q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
+
+
+def applies(q, k, v, dropout_p, return_attn_probs):
+    """Whether a checked flash_attn_func call runs as a kvcache call."""
+    if not _served(q, k, v, dropout_p, return_attn_probs):
+        return False
     seqlen_q, heads, seqlen_k, heads_k = q.shape[1], q.shape[2], k.shape[1], k.shape[2]
     return seqlen_k > 0 and seqlen_q * (heads // heads_k) <= ROW_LIMIT
 
 
 def varlen_applies(q, k, v, dropout_p, return_attn_probs, max_seqlen_q):
     """Whether a checked flash_attn_varlen_func call without pages runs as a kvcache call."""
-    if q.device.type not in DEVICES or dropout_p != 0 or return_attn_probs or not isinstance(max_seqlen_q, int):
-        return False
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return False
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1 or k.shape[0] == 0:
+    if not _served(q, k, v, dropout_p, return_attn_probs) or not isinstance(max_seqlen_q, int) or k.shape[0] == 0:
         return False
     if q.device.type != "cpu" and _host_contents.read_on_host(q.device):
         return False  # the forward path's host checks name cu_seqlens_k, seqused_k, max_seqlen_k

@@ -412,6 +412,23 @@ void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
   views.check_disjoint();
 }
 
+// Sequence b's cache length against the cache's capacity with the new tokens and against the
+// rotary table: cache_seqlens[b] (validate_kvcache_contents), or the uniform length, checked as
+// sequence 0's since every sequence has it (validate_kvcache).
+void check_cache_length(const KvCacheParams& p, int b, int64_t seqlen) {
+  const int64_t end = seqlen + (p.k_new ? p.seqlen_new : 0);
+  if (seqlen < 0) invalid("cache_seqlens", "cache_seqlens[", b, "] is ", seqlen, "; it must be >= 0");
+  if (end > p.fwd.seqlen_k) {
+    invalid("cache_seqlens", "sequence ", b, " needs ", end, " cache slots (cache_seqlens[", b, "] = ",
+            seqlen, " plus the new tokens); the cache holds ", p.fwd.seqlen_k);
+  }
+  const int64_t last_rotary = seqlen + rotary_positions_past_cache(p) - 1;
+  if (p.rotary_cos != nullptr && last_rotary >= p.rotary_seqlen) {
+    invalid("rotary_cos", "sequence ", b, " needs rotary position ", last_rotary, "; rotary_cos has ",
+            p.rotary_seqlen, " positions");
+  }
+}
+
 }  // namespace
 
 void validate_kvcache(const KvCacheParams& p) {
@@ -516,19 +533,7 @@ void validate_kvcache(const KvCacheParams& p) {
   if (p.num_splits < 0) invalid("num_splits", "num_splits is ", p.num_splits, "; it must be >= 0");
   // A uniform length is on the host: its range is checked here, on every backend, where an
   // array's entries are checked by the kernels (or validate_kvcache_contents).
-  if (p.uniform_cache_seqlen) {
-    const int64_t end = int64_t{p.cache_seqlen} + (p.k_new ? p.seqlen_new : 0);
-    if (p.cache_seqlen < 0) invalid("cache_seqlens", "cache_seqlens is ", p.cache_seqlen, "; it must be >= 0");
-    if (end > f.seqlen_k) {
-      invalid("cache_seqlens", "the sequences need ", end, " cache slots (cache_seqlens = ", p.cache_seqlen,
-              " plus the new tokens); the cache holds ", f.seqlen_k);
-    }
-    const int64_t last_rotary = int64_t{p.cache_seqlen} + rotary_positions_past_cache(p) - 1;
-    if (p.rotary_cos && last_rotary >= p.rotary_seqlen) {
-      invalid("rotary_cos", "the sequences need rotary position ", last_rotary, "; rotary_cos has ", p.rotary_seqlen,
-              " positions");
-    }
-  }
+  if (p.uniform_cache_seqlen && f.batch > 0) check_cache_length(p, 0, p.cache_seqlen);
   check_workspace(p.workspace, p.workspace_bytes);
   check_kvcache_overlaps(p, q_side, q_tensors, t);
 }
@@ -597,11 +602,7 @@ void validate_kvcache_contents(const KvCacheParams& params) {
   for (int b = 0; b < f.batch; ++b) {
     const int64_t seqlen = p.cache_seqlens[b];
     const int64_t end = seqlen + (p.k_new ? p.seqlen_new : 0);
-    if (seqlen < 0) invalid("cache_seqlens", "cache_seqlens[", b, "] is ", seqlen, "; it must be >= 0");
-    if (end > f.seqlen_k) {
-      invalid("cache_seqlens", "sequence ", b, " needs ", end, " cache slots (cache_seqlens[", b, "] = ",
-              seqlen, " plus the new tokens); the cache holds ", f.seqlen_k);
-    }
+    check_cache_length(p, b, seqlen);
     if (p.cache_leftpad && (p.cache_leftpad[b] < 0 || p.cache_leftpad[b] > seqlen)) {
       invalid("cache_leftpad", "cache_leftpad[", b, "] is ", p.cache_leftpad[b],
               "; it must lie in [0, cache_seqlens[", b, "] = ", seqlen, "]");
@@ -618,15 +619,6 @@ void validate_kvcache_contents(const KvCacheParams& params) {
       if (block < 0 || block >= p.num_blocks) {
         invalid("block_table", "block_table[", row, ", ", page, "] is ", block, "; the cache has ",
                 p.num_blocks, " pages");
-      }
-    }
-  }
-  if (p.rotary_cos != nullptr) {
-    for (int b = 0; b < f.batch; ++b) {
-      const int64_t last = static_cast<int64_t>(p.cache_seqlens[b]) + rotary_positions_past_cache(p) - 1;
-      if (last >= p.rotary_seqlen) {
-        invalid("rotary_cos", "sequence ", b, " needs rotary position ", last, "; rotary_cos has ",
-                p.rotary_seqlen, " positions");
       }
     }
   }

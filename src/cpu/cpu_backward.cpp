@@ -74,11 +74,16 @@ struct BackwardScratch {
   // dP) and K (of dQ), per tile pair Q and dO (of dK and dV; also read as A of S and dP).
   Float32Operands float32_operands;
 
+  // float32_dim: the float32 tiles' width, 0 on the packed path, which reads none of them.
   BackwardScratch(int dim, const PackedQueryTiles* packed, bool on_simd)
-      : q(packed ? 0 : kBwdBlockM * dim), dout(packed ? 0 : kBwdBlockM * dim), k(packed ? 0 : kBwdBlockN * dim),
-        v(packed ? 0 : kBwdBlockN * dim), dk(packed ? 0 : kBwdBlockN * dim), dv(packed ? 0 : kBwdBlockN * dim), probs(kBwdBlockM * kBwdBlockN),
-        dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN), lse_log2(kBwdBlockM), delta(kBwdBlockM),
-        float32_operands(on_simd ? dim : 0) {
+      : BackwardScratch(dim, packed, on_simd, packed ? 0 : dim) {}
+
+ private:
+  BackwardScratch(int dim, const PackedQueryTiles* packed, bool on_simd, int float32_dim)
+      : q(kBwdBlockM * float32_dim), dout(kBwdBlockM * float32_dim), k(kBwdBlockN * float32_dim),
+        v(kBwdBlockN * float32_dim), dk(kBwdBlockN * float32_dim), dv(kBwdBlockN * float32_dim),
+        probs(kBwdBlockM * kBwdBlockN), dprobs(kBwdBlockM * kBwdBlockN), dtanh(kBwdBlockM * kBwdBlockN),
+        lse_log2(kBwdBlockM), delta(kBwdBlockM), float32_operands(on_simd ? dim : 0) {
     if (packed == nullptr) return;
     const size_t tile = kBwdBlockM * kBwdBlockN, keys_by_depth = static_cast<size_t>(kBwdBlockN) * packed->depth();
     const size_t keys_by_columns = static_cast<size_t>(kBwdBlockN) * packed->columns();
@@ -258,9 +263,10 @@ void backward_chunk(const BackwardParams& p, const Inputs& in, const KeyChunk& t
       const Matrix dout_tile = query_side(dout, w.dout.data(), ops.dout_rows.data());
       // S = Q K^T and dP = dO V^T on AMX: the packed query-side block times K^T or V^T as pairs.
       auto scores_on_amx = [&](PackedQueryTiles::Block rows_block, const uint16_t* keys_transposed, float* c) {
+        const uint16_t* query_side_block = packed->block(rows_block, task.batch_index, task.head, query_tile);
         amx::product(in.bf16, amx::round_up(rows, amx::kRowsPerTile), amx::round_up(seen, amx::kColsPerTile),
-                     packed->depth(), {packed->block(rows_block, task.batch_index, task.head, query_tile), packed->depth()},
-                     {keys_transposed, 2 * kBwdBlockN}, c, kBwdBlockN, false);
+                     packed->depth(), {query_side_block, packed->depth()}, {keys_transposed, 2 * kBwdBlockN}, c,
+                     kBwdBlockN, false);
       };
       for (int r = 0; r < rows; ++r) {
         w.lse_log2[r] = f.softmax_lse[lse_offset(f, seq, row0 + r, task.head)] * kLog2e;
