@@ -206,6 +206,30 @@ def test_repeat_calls_take_the_route_from_the_plan(device, kvcache_calls, monkey
     torch.testing.assert_close(forward, out, rtol=0, atol=2 ** -6)  # other kernels: a bf16 rounding
 
 
+@pytest.mark.usefixtures("no_plans")
+def test_seqused_k_route_calls_build_one_kvcache_signature(device, kvcache_calls, monkeypatch):
+    """A varlen route call with seqused_k goes through flash_attn_with_kvcache every time (its key
+    counts are a new tensor a call), whose own plan lookup builds the call's signature; the route
+    builds no second one for a key it never looks up."""
+    signatures = []
+    real = _kvcache_plan.signature
+
+    def counted(*args, **kwargs):
+        signatures.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(_kvcache_plan, "signature", counted)
+    q, k, v, cu_q, cu_k = _varlen_step(device)
+    used = torch.tensor([20, 7, 0], device=device, dtype=torch.int32)
+    with torch.no_grad():
+        for _ in range(3):
+            tileattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 1, 40, seqused_k=used)
+        signatures.clear()
+        calls = len(kvcache_calls)
+        tileattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 1, 40, seqused_k=used)
+    assert len(kvcache_calls) == calls + 1, "the call did not take the route"
+    assert len(signatures) == 1
+
+
 @pytest.mark.skipif("cuda" not in DEVICES, reason="TILEATTN_CHECK_CONTENTS is read for CUDA calls")
 @pytest.mark.usefixtures("no_plans")
 def test_a_varlen_plan_leaves_the_route_when_contents_are_checked(monkeypatch):
