@@ -272,9 +272,6 @@ void check_options(const ForwardParams& p) {
     invalid("alibi_slopes", "alibi_slopes has a batch stride of ", p.alibi_batch_stride,
             ", less than its ", p.num_heads, " heads; use shape (H) with stride 0 or (B, H)");
   }
-  if (p.alibi_batch_stride < 0) {
-    invalid("alibi_slopes", "alibi_slopes has a negative batch stride (", p.alibi_batch_stride, ")");
-  }
   if (p.alibi_slopes != nullptr) check_view(alibi_view(p), 4, false);  // a span past 2^62 bytes
 }
 
@@ -448,10 +445,9 @@ void validate_kvcache(const KvCacheParams& p) {
     invalid("max_seqlen_k", "max_seqlen_k is ", p.max_seqlen_k, "; it must lie in [0, ", f.seqlen_k,
             "], the cache's capacity");
   }
+  // Key counts from cu_seqlens_k come with packed query rows (above), so these two cover them too.
   if (packed_q && p.k_new) invalid("k", "new tokens cannot be appended to a call with packed query rows (cu_seqlens_q)");
   if (packed_q && p.rotary_cos) invalid("rotary_cos", "rotary is not applied to packed query rows (cu_seqlens_q)");
-  if (varlen_keys && p.k_new) invalid("k", "new tokens cannot be appended to a call whose lengths come from cu_seqlens_k");
-  if (varlen_keys && p.rotary_cos) invalid("rotary_cos", "rotary needs cache_seqlens, not cu_seqlens_k");
   if (f.dropout_p != 0.0f) invalid("dropout_p", "flash_attn_with_kvcache has no dropout");
   if (f.attn_probs) invalid("attn_probs", "flash_attn_with_kvcache returns no attention probabilities");
   if (p.cache_seqlens == nullptr && !varlen_keys && !p.uniform_cache_seqlen && f.batch > 0) {
@@ -528,7 +524,9 @@ void validate_kvcache(const KvCacheParams& p) {
       invalid("rotary_cos", "rotary_cos covers a rotary dim of ", p.rotary_dim,
               "; it must be even and between 2 and the head dim ", f.head_dim);
     }
-    if (p.rotary_seqlen < 1) invalid("rotary_cos", "rotary_cos has ", p.rotary_seqlen, " positions");
+    if (p.rotary_seqlen < 1) {
+      invalid("rotary_cos", "rotary_cos has ", p.rotary_seqlen, " positions; it needs at least 1");
+    }
   }
   if (p.num_splits < 0) invalid("num_splits", "num_splits is ", p.num_splits, "; it must be >= 0");
   // A uniform length is on the host: its range is checked here, on every backend, where an

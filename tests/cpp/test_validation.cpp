@@ -51,8 +51,10 @@ struct Valid {
   }
 };
 
+// `saying`, where given, is a piece of the message: where two rules name the same argument, it tells
+// which one fired, so a test of the first still fails when that rule is gone and the second names it.
 void expect_forward_error(const std::function<void(Valid&)>& breaks, const std::string& argument,
-                          ErrorCode code = ErrorCode::kInvalidArgument) {
+                          ErrorCode code = ErrorCode::kInvalidArgument, const std::string& saying = "") {
   Valid v;
   breaks(v);
   try {
@@ -62,6 +64,7 @@ void expect_forward_error(const std::function<void(Valid&)>& breaks, const std::
     EXPECT_EQ(e.argument(), argument) << e.what();
     EXPECT_EQ(e.code(), code) << e.what();
     EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(saying), std::string::npos) << e.what();
   }
 }
 
@@ -186,6 +189,12 @@ TEST(Validation, Options) {
   expect_forward_error(
       [](Valid& v) {
         v.f.alibi_slopes = v.slopes.data();
+        v.f.alibi_batch_stride = -1;
+      },
+      "alibi_slopes", ErrorCode::kInvalidArgument, "less than its 4 heads");
+  expect_forward_error(
+      [](Valid& v) {
+        v.f.alibi_slopes = v.slopes.data();
         v.f.alibi_batch_stride = 2;
       },
       "alibi_slopes");
@@ -234,6 +243,12 @@ TEST(Validation, Varlen) {
         v.f.total_q = -1;
       },
       "q");
+  expect_forward_error(
+      [](Valid& v) {
+        v.make_varlen();
+        v.f.total_k = -1;
+      },
+      "k", ErrorCode::kInvalidArgument, "packed rows");
 }
 
 // Varlen max_seqlen_q/k are bounds the library lowers to total_q/k (past seqlen's own limit of
@@ -362,7 +377,8 @@ struct KvValid {
   }
 };
 
-void expect_kvcache_error(const std::function<void(KvValid&)>& breaks, const std::string& argument) {
+void expect_kvcache_error(const std::function<void(KvValid&)>& breaks, const std::string& argument,
+                          const std::string& saying = "") {
   KvValid v;
   breaks(v);
   try {
@@ -370,6 +386,7 @@ void expect_kvcache_error(const std::function<void(KvValid&)>& breaks, const std
     ADD_FAILURE() << "no error; expected one naming " << argument;
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(saying), std::string::npos) << e.what();
   }
 }
 
@@ -408,6 +425,16 @@ TEST(Validation, KvCache) {
       },
       "rotary_sin");
   expect_kvcache_error([](KvValid& v) { v.p.fwd.dropout_p = 0.1f; }, "dropout_p");
+  expect_kvcache_error([](KvValid& v) { v.p.fwd.attn_probs = v.rot.data(); }, "attn_probs");
+  expect_kvcache_error([](KvValid& v) { v.p.num_splits = -1; }, "num_splits");
+  expect_kvcache_error([](KvValid& v) { v.p.num_cache_entries = 0; }, "k_cache", "at least 1");
+  expect_kvcache_error([](KvValid& v) { v.append_one_token(), v.p.seqlen_new = 0; }, "k", "0 new tokens");
+  expect_kvcache_error(  // an empty table would be read out of bounds where only the kernels see the lengths
+      [](KvValid& v) {
+        v.p.rotary_cos = v.rot.data(), v.p.rotary_sin = v.rot.data();
+        v.p.rotary_dim = 4, v.p.rotary_seqlen = 0;
+      },
+      "rotary_cos", "0 positions; it needs at least 1");
   expect_kvcache_error([](KvValid& v) { v.p.k_new = v.q.data(); }, "v");
   expect_kvcache_error([](KvValid& v) { v.p.rotary_cos = v.rot.data(); }, "rotary_sin");
   expect_kvcache_error(
@@ -444,6 +471,11 @@ TEST(Validation, KvCache) {
       },
       "block_table");
   expect_kvcache_error([](KvValid& v) { v.p.cache_batch_idx = v.batch_idx.data(); }, "cache_batch_idx");
+  expect_kvcache_error([&](KvValid& v) { paged(v, 16), v.p.max_blocks = 0; }, "block_table", "columns over");
+  expect_kvcache_error([&](KvValid& v) { paged(v, 16), v.p.fwd.seqlen_k = 32; }, "block_table",
+                       "max_blocks x page_size");
+  expect_kvcache_error([&](KvValid& v) { paged(v, 16), v.p.block_table_batch_stride = -1; }, "block_table",
+                       "negative row stride");
   expect_kvcache_error(
       [&](KvValid& v) {
         paged(v, 16);
@@ -569,9 +601,10 @@ TEST(Validation, OverlapRulesOnlyWhereWritten) {
 // The kernels read and write in no fixed order: an output sharing a byte with another argument
 // is refused, naming the output, while views that interleave without sharing pass.
 TEST(Validation, OutputsShareNoMemory) {
-  expect_forward_error([](Valid& v) { v.f.out = v.q.data(); }, "out");
+  expect_forward_error([](Valid& v) { v.f.out = v.q.data(); }, "out", ErrorCode::kInvalidArgument, "reads while");
   expect_forward_error([](Valid& v) { v.f.out = v.k.data() + 8; }, "out");
-  expect_forward_error([](Valid& v) { v.f.softmax_lse = v.out.data() + 3; }, "out");
+  expect_forward_error([](Valid& v) { v.f.softmax_lse = v.out.data() + 3; }, "out", ErrorCode::kInvalidArgument,
+                       "writes both");
   expect_forward_error(
       [](Valid& v) {
         v.f.alibi_slopes = v.lse.data() + 2;
