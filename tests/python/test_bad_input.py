@@ -56,6 +56,8 @@ CASES = {
                    ValueError, "q"),
     "dropout 1": (lambda: flash_attn_func(q, k, v, dropout_p=1.0), ValueError, "dropout_p"),
     "dropout negative": (lambda: flash_attn_func(q, k, v, dropout_p=-0.1), ValueError, "dropout_p"),
+    # Options that are not numbers: the library's own range rules would never see them.
+    "dropout a string": (lambda: flash_attn_func(q, k, v, dropout_p="0.1"), ValueError, "dropout_p"),
     "scale 0": (lambda: flash_attn_func(q, k, v, softmax_scale=0.0), ValueError, "softmax_scale"),
     "scale inf": (lambda: flash_attn_func(q, k, v, softmax_scale=float("inf")), ValueError,
                   "softmax_scale"),
@@ -72,6 +74,7 @@ CASES = {
     "scale overflows float32": (lambda: flash_attn_func(q, k, v, softmax_scale=1e39), ValueError,
                                 "softmax_scale"),
     "softcap nan": (lambda: flash_attn_func(q, k, v, softcap=float("nan")), ValueError, "softcap"),
+    "softcap a string": (lambda: flash_attn_func(q, k, v, softcap="3"), ValueError, "softcap"),
     "qkv head dim 264": (lambda: flash_attn_qkvpacked_func(t(1, 4, 3, 1, 264)), ValueError, "qkv"),
     "q 0 heads with alibi": (lambda: flash_attn_func(t(2, 9, 0, 16), k, v, alibi_slopes=torch.ones(0)),
                              ValueError, "q"),
