@@ -411,8 +411,9 @@ void check_kvcache_overlaps(const KvCacheParams& p, const ForwardParams& q_side,
 
 // Sequence b's cache length against the cache's capacity with the new tokens and against the
 // rotary table: cache_seqlens[b] (validate_kvcache_contents), or the uniform length, checked as
-// sequence 0's since every sequence has it (validate_kvcache).
-void check_cache_length(const KvCacheParams& p, int b, int64_t seqlen) {
+// sequence 0's since every sequence has it (validate_kvcache).  Returns the cache's end after the
+// append: the slots the sequence uses are [cache_leftpad[b], end).
+int64_t check_cache_length(const KvCacheParams& p, int b, int64_t seqlen) {
   const int64_t end = seqlen + (p.k_new ? p.seqlen_new : 0);
   if (seqlen < 0) invalid("cache_seqlens", "cache_seqlens[", b, "] is ", seqlen, "; it must be >= 0");
   if (end > p.fwd.seqlen_k) {
@@ -424,6 +425,7 @@ void check_cache_length(const KvCacheParams& p, int b, int64_t seqlen) {
     invalid("rotary_cos", "sequence ", b, " needs rotary position ", last_rotary, "; rotary_cos has ",
             p.rotary_seqlen, " positions");
   }
+  return end;
 }
 
 }  // namespace
@@ -599,8 +601,7 @@ void validate_kvcache_contents(const KvCacheParams& params) {
   if (f.cu_seqlens_q) check_cu_seqlens("cu_seqlens_q", f.cu_seqlens_q, f.batch, f.total_q, f.seqlen_q, "max_seqlen_q");
   for (int b = 0; b < f.batch; ++b) {
     const int64_t seqlen = p.cache_seqlens[b];
-    const int64_t end = seqlen + (p.k_new ? p.seqlen_new : 0);
-    check_cache_length(p, b, seqlen);
+    const int64_t end = check_cache_length(p, b, seqlen);
     if (p.cache_leftpad && (p.cache_leftpad[b] < 0 || p.cache_leftpad[b] > seqlen)) {
       invalid("cache_leftpad", "cache_leftpad[", b, "] is ", p.cache_leftpad[b],
               "; it must lie in [0, cache_seqlens[", b, "] = ", seqlen, "]");
