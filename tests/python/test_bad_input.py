@@ -182,6 +182,53 @@ def test_device_mismatch():
     assert raised.value.argument == "k"
 
 
+# The tensor beside q, k and v each call family takes: name -> family.
+_SIDE_TENSORS = {"alibi_slopes": "dense", "cu_seqlens_q": "varlen", "cu_seqlens_k": "varlen",
+                 "seqused_k": "varlen", "block_table": "paged", "cache_seqlens": "kvcache",
+                 "cache_batch_idx": "kvcache", "cache_leftpad": "kvcache"}
+
+
+def _gpu_call(family, left_on_cpu=None):
+    """A valid call of `family` with every tensor on the GPU, except `left_on_cpu`."""
+    place = lambda x, name: x if name == left_on_cpu else x.cuda()
+    gq, gvq, gvk = q.cuda(), vq.cuda(), vk.cuda()
+    if family == "dense":
+        return flash_attn_func(gq, k.cuda(), v.cuda(),
+                               alibi_slopes=place(torch.ones(4), "alibi_slopes"))
+    if family == "varlen":
+        return flash_attn_varlen_func(gvq, gvk, gvk, place(cu_q, "cu_seqlens_q"),
+                                      place(cu_k, "cu_seqlens_k"), 12, 10,
+                                      seqused_k=place(i32(5, 10), "seqused_k"))
+    if family == "paged":
+        return paged(q=gvq, k=t(4, 16, 2, 16).cuda(), v=t(4, 16, 2, 16).cuda(),
+                     cu_seqlens_q=cu_q.cuda(), cu_seqlens_k=cu_k.cuda(),
+                     block_table=place(pages_of(2, 0), "block_table"))
+    cache = t(2, 16, 2, 16).cuda()
+    index = {"cache_seqlens": i32(3, 5), "cache_batch_idx": i32(1, 0), "cache_leftpad": i32(0, 1)}
+    return tileattn.flash_attn_with_kvcache(
+        gq[:, :1], cache, cache.clone(), **{name: place(x, name) for name, x in index.items()})
+
+
+@pytest.mark.parametrize("name", list(_SIDE_TENSORS))
+def test_side_tensor_on_another_device(name):
+    """Index tensors and ALiBi slopes must be on q's device too: a CPU pointer read by a GPU kernel
+    would be a crash or garbage, so the check names the tensor first."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device to mix devices")
+    with pytest.raises(ValueError) as raised:
+        _gpu_call(_SIDE_TENSORS[name], left_on_cpu=name)
+    assert raised.value.argument == name
+    assert "is on cpu but q is on cuda" in str(raised.value)
+
+
+@pytest.mark.parametrize("family", sorted(set(_SIDE_TENSORS.values())))
+def test_side_tensor_calls_run_all_on_the_gpu(family):
+    """The calls above are valid but for the one tensor left behind."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    assert _gpu_call(family).is_cuda
+
+
 def test_paged_call_of_the_cases_runs(monkeypatch):
     """The paged cases above start from a call that works, and it runs on the KV-cache kernels
     (no gradient, 12 query rows x 2 heads a KV group)."""
