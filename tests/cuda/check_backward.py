@@ -122,13 +122,11 @@ def main():
         # (TILEATTN_BACKWARD_WS=1) for the causal GQA case with seqlen_q != seqlen_k
         ("dropout d128 s1100", 1, 1100, 1100, 4, 4, 128, bf, dict(dropout_p=0.2)),
         ("dropout causal gqa d96 sq<sk", 2, 300, 520, 4, 2, 96, fp, dict(dropout_p=0.1, causal=True)),
-        # d64 at >= 1024 rows.  Atomic calls without dropout: the warp-specialized kernel's
-        # 128-row query blocks under auto and forced (each consumer computes 64 rows of dQ).
-        # Deterministic calls and dropout: the FA2-structured kernel under auto, the 64-row blocks
-        # when forced (one consumer computes a block's whole dQ, the two taking turns).  GQA
-        # dropout (dK, dV through the expanded buffers), a head dim below the bucket with
-        # seqlen_q > seqlen_k, a causal window, and 7 query heads a KV head with a last query block
-        # of 104 rows and seqlen_q < seqlen_k
+        # d64 at >= 1024 rows: the FA2-structured kernel under auto, and the warp-specialized
+        # kernel's d64 bucket (one consumer computes a block's whole dQ, the two taking turns)
+        # when forced: GQA dropout (dK, dV through the expanded buffers), a head dim below the
+        # bucket with seqlen_q > seqlen_k, a causal window, and 7 query heads a KV head with
+        # seqlen_q < seqlen_k and a last query block of 40 (warp-specialized) or 104 rows
         ("dropout gqa d64 s1300", 1, 1300, 1300, 4, 2, 64, fp, dict(dropout_p=0.15)),
         ("plain d48 sq>sk", 2, 1100, 700, 4, 4, 48, bf, {}),
         ("window d64 s1030", 1, 1030, 1030, 4, 4, 64, bf, dict(window=(200, 0))),
@@ -144,12 +142,12 @@ def main():
         # more key blocks than query blocks (8 vs 5) and the reverse (3 vs 16)
         ("plain gqa d128 sq<sk", 2, 300, 1000, 4, 2, 128, bf, {}),
         ("plain d128 sq>sk", 2, 1000, 300, 4, 4, 128, fp, {}),
-        # 4096 query rows: the warp-specialized kernel under auto (d128; atomic on its 80-row
-        # blocks), several waves of 32 CTAs a head; d256 has 64 key blocks a head, past the rotated
-        # turns' limit (66 on the H200)
+        # 4096 query rows: the warp-specialized kernel under auto (d128), several waves of 32
+        # CTAs a head; d256 has 64 key blocks a head, past the rotated turns' limit (66 on the H200)
         ("plain many CTAs d128 s4096", 1, 4096, 4096, 8, 8, 128, bf, {}),
-        # the 80-row blocks (unmasked d128 atomic from 1024 rows): a last block of 60 rows with 7
-        # query heads a KV head, and d96 in the bucket (columns 96-127 zero-filled)
+        # the warp-specialized kernel under auto (unmasked, from 512 rows): a last query block of 12
+        # rows with 7 query heads a KV head and seqlen_q > seqlen_k, and d96 in the 128 bucket
+        # (columns 96-127 zero-filled on load, never stored)
         ("plain gqa7 d128 sq>sk", 1, 1100, 900, 14, 2, 128, fp, {}),
         ("plain d96 s1030", 1, 1030, 1030, 4, 4, 96, bf, {}),
         ("plain gqa many CTAs d256 s4096", 1, 4096, 4096, 4, 2, 256, bf, {}),
