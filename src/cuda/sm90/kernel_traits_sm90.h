@@ -70,6 +70,14 @@ struct Sm90Traits {
   using TiledMmaPV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float, cute::Shape<Rows, HeadDim, BlockN>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
+  // One wgmma spans each product's N.  CuTe's selectors take N outside {8, 16, 32, 64, 96, 128, 192,
+  // 256} (80, 144, 160, 176, ...) only with CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, else they
+  // fall back to the largest of those dividing it: the 176-key (d128), 80-key and 48-key (d256)
+  // blocks measured in sessions 3-4 ran QK^T as 64 x 16 wgmmas, each reading Q from shared memory
+  // again (found in session 76).
+  static_assert(cute::size<1>(typename TiledMmaQK<false>::Shape_MNK{}) == kBlockN &&
+                    cute::size<1>(typename TiledMmaPV::Shape_MNK{}) == kHeadDim_,
+                "a block's product split into narrower wgmmas (docs/cuda-forward-sm90.md, tiles)");
 
   // Every tile is rows of kHeadDim elements in 8 x 64 atoms with the 128-byte swizzle, the layout
   // both TMA (SWIZZLE_128B) and wgmma descriptors read without bank conflicts.
