@@ -182,7 +182,7 @@ def test_device_mismatch():
     assert raised.value.argument == "k"
 
 
-# The tensor beside q, k and v each call family takes: name -> family.
+# Tensors a call takes beside q, k and v: name -> the call family that takes it.
 _SIDE_TENSORS = {"alibi_slopes": "dense", "cu_seqlens_q": "varlen", "cu_seqlens_k": "varlen",
                  "seqused_k": "varlen", "block_table": "paged", "cache_seqlens": "kvcache",
                  "cache_batch_idx": "kvcache", "cache_leftpad": "kvcache"}

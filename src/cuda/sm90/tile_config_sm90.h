@@ -45,13 +45,15 @@ constexpr Sm90TileConfig sm90_tile_config(int head_dim) {
   // d64: 24 KB Q (192 rows) + 2 x 2 x 16 KB K/V + 24 KB O staging = 112 KB; 64 S + 32 O floats a
   // thread.
   if (head_dim <= 64) return {128, 2};
-  // d128: 32 KB Q + 2 x 2 x 32 KB K/V + 32 KB O staging = 192 KB; 64 S + 64 O floats.  A 176-key
-  // block (FlashAttention-3's non-causal choice) measured slower here: 484 against 624 TFLOP/s at
-  // 8k (perf log).
+  // d128: 32 KB Q + 2 x 2 x 32 KB K/V + 32 KB O staging = 192 KB; 64 S + 64 O floats.  Longer
+  // blocks (FlashAttention-3 takes 176 keys) need Q's registers for S: 160 keys (224 KB), QK^T as
+  // one N = 160 wgmma, measured 0.94-0.97x unmasked and 0.90-0.96x causal (H100, session 76; the
+  // 176-key block's 484 against 624 TFLOP/s in session 3 ran as N = 16 wgmmas, kernel_traits_sm90.h).
   if (head_dim <= 128) return {128, 2};
   // d256: 64 KB Q + 2 x 2 x 32 KB K/V + 32 KB O staging = 224 KB; 128 O floats next to 32 score
   // floats.  An 80-key block (40 score floats: FlashAttention-3's choice) measured 26-35% slower
-  // on the H200 (8k: 494-506 against 638-682 TFLOP/s, causal 492-501 against 648-664; perf log).
+  // on the H200 (8k: 494-506 against 638-682 TFLOP/s, causal 492-501 against 648-664; perf log),
+  // but its QK^T ran as N = 16 wgmmas (kernel_traits_sm90.h): not yet measured as designed.
   return {64, 2};
 }
 
