@@ -65,8 +65,8 @@ __device__ __forceinline__ void ws_consume_cols(BwdWsParams<Traits> const& prm, 
   Tensor tQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, M, K, buffer)
   Tensor tQrKt = thr_dq.partition_fragment_B(local_tile(sKt(_, _, 0), Shape<DC, N>{}, make_coord(g, _0{})));
 
-  // S^T-layout registers (P^T, dS^T) -> this consumer's 32 query columns of a buffer, 4 bytes a store.
-  auto r2s = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>{}, mma_sdp);
+  // S^T-layout registers (P^T, dS^T) -> this consumer's 32 query columns of a buffer, by stmatrix (bwd_ws_roles.cuh).
+  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
   auto thr_r2s = r2s.get_thread_slice(tid);
 
   // (key, query row) of every S^T value this thread holds, relative to (n0, first query of the
@@ -103,11 +103,15 @@ __device__ __forceinline__ void ws_consume_cols(BwdWsParams<Traits> const& prm, 
     // P^T = exp2(S^T scale_log2 - LSE), 0 where the mask hides (query, key).
     Tensor p = make_tensor(acc_s.data(), gmma_acc_rowcol_layout(acc_s.layout()));  // (keys, query rows)
     const bool masked = range.needs_mask(walk.n_block, Traits::kBlockN);
-    ws_probabilities(p, coords, ss, 0, q_col0, m0, n0, masked, seq, f, scale_log2);
+    constexpr int kCols = decltype(size<1>(coords))::value;
+    WsRowStats<kCols> row_stats;
+    row_stats.load_lse(coords, ss, 0, q_col0);
+    row_stats.load_delta(coords, ss, 0, q_col0);
+    ws_probabilities(p, coords, row_stats, q_col0, m0, n0, masked, seq, f, scale_log2);
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_dp);
     Tensor ds = make_tensor(acc_dp.data(), gmma_acc_rowcol_layout(acc_dp.layout()));
-    ws_score_gradients<kDropout>(ds, p, coords, ss, 0, q_col0, keep_bits, f.dropout_p);
+    ws_score_gradients<kDropout>(ds, p, row_stats, keep_bits, f.dropout_p);
 
     // Both consumers' query columns of P^T and dS^T into shared memory: each product below reads all 64.
     Tensor rP = convert_fragment<Element>(acc_s);

@@ -226,7 +226,7 @@ __device__ __forceinline__ void ws_store_dkv_by_tma(BwdWsParams<Traits> const& p
   Tensor rdV = convert_fragment<Element>(acc_dv);
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKV{});  // (N, D, 1)
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutKV{});
-  auto r2s = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>{}, mma_dkv);
+  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_dkv);
   auto thr_r2s = r2s.get_thread_slice(tid);
   // Each consumer's dQ product read K's columns for all of the block's keys: K is overwritten only
   // after both are done with it.
@@ -309,23 +309,47 @@ __device__ __forceinline__ uint32_t ws_dropout_keep_bits(const tileattn_fwd_para
   return bits;
 }
 
+// LSE (log2 units) and D of the query rows whose S^T values this thread holds: coords(r, c) is
+// (key - key0, query row - row0 - m0) of each value, so column c is query row row0 + coords(0, c) of
+// the stage.  Read into registers ahead of their use: read where they are used, after S^T landed,
+// the 16 LSE loads queued behind the wgmmas' shared-memory reads and held the first exp2 ~1,000
+// cycles (clock64 trace and ncu, H100 d128 8k, session 77).  The key-split consumer loads the LSE
+// before issuing its products and D before the exp2 pass (both at once spilled).
+template <int kCols>
+struct WsRowStats {
+  float lse[kCols];
+  float delta[kCols];
+
+  template <typename Coords, typename Storage>
+  __device__ __forceinline__ void load_lse(Coords const& coords, Storage& ss, int stage, int row0) {
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; ++c) lse[c] = ss.lse_log2(stage, row0 + cute::get<1>(coords(0, c)));
+  }
+  template <typename Coords, typename Storage>
+  __device__ __forceinline__ void load_delta(Coords const& coords, Storage& ss, int stage, int row0) {
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; ++c) delta[c] = ss.delta(stage, row0 + cute::get<1>(coords(0, c)));
+  }
+};
+
 // P^T = exp2(S^T scale_log2 - LSE) in place, 0 where the mask hides (query, key).  p is a
-// consumer's S^T accumulator as (keys, query rows); coords(r, c) is (key - key0, query row - row0 -
-// m0) of each value, so query row row0 + c' of block m (first row m0) reads its LSE from the stage.
-template <typename TensorP, typename Coords, typename Storage>
-__device__ __forceinline__ void ws_probabilities(TensorP& p, Coords const& coords, Storage& ss, int stage, int row0,
-                                                 int m0, int key0, bool masked, const SequenceView& seq,
+// consumer's S^T accumulator as (keys, query rows), with coords and rs as in WsRowStats.
+template <typename TensorP, typename Coords, int kCols>
+__device__ __forceinline__ void ws_probabilities(TensorP& p, Coords const& coords, WsRowStats<kCols> const& rs,
+                                                 int row0, int m0, int key0, bool masked, const SequenceView& seq,
                                                  const tileattn_fwd_params& f, float scale_log2) {
   using cute::get;
+  static_assert(decltype(cute::size<1>(p))::value == kCols);
   CUTE_UNROLL
-  for (int c = 0; c < cute::size<1>(p); ++c) {
-    const int row = row0 + get<1>(coords(0, c));
-    const float lse = ss.lse_log2(stage, row);
+  for (int c = 0; c < kCols; ++c) {
     ColumnRange visible{0, 0};
-    if (masked) visible = visible_columns(m0 + row, seq.seqlen_q, seq.seqlen_k, f.window_left, f.window_right);
+    if (masked) {
+      visible = visible_columns(m0 + row0 + get<1>(coords(0, c)), seq.seqlen_q, seq.seqlen_k, f.window_left,
+                                f.window_right);
+    }
     CUTE_UNROLL
     for (int r = 0; r < cute::size<0>(p); ++r) {
-      float v = fast_exp2(p(r, c) * scale_log2 - lse);
+      float v = fast_exp2(p(r, c) * scale_log2 - rs.lse[c]);
       if (masked) {
         const int key = key0 + get<0>(coords(r, c));
         if (key < visible.first || key > visible.last) v = 0.f;
@@ -337,13 +361,13 @@ __device__ __forceinline__ void ws_probabilities(TensorP& p, Coords const& coord
 
 // dS^T = P^T o (Z^T o dP^T - D) in place of dP^T, then P^T <- Z^T o P^T for dV (Z = the dropout
 // keep mask / (1 - p), ws_dropout_keep_bits; 1 without dropout).  Same views as ws_probabilities.
-template <bool kDropout, typename TensorDs, typename TensorP, typename Coords, typename Storage>
-__device__ __forceinline__ void ws_score_gradients(TensorDs& ds, TensorP& p, Coords const& coords, Storage& ss,
-                                                   int stage, int row0, uint32_t keep_bits, float dropout_p) {
+template <bool kDropout, typename TensorDs, typename TensorP, int kCols>
+__device__ __forceinline__ void ws_score_gradients(TensorDs& ds, TensorP& p, WsRowStats<kCols> const& rs,
+                                                   uint32_t keep_bits, float dropout_p) {
   const float keep_scale = kDropout ? 1.f / (1.f - dropout_p) : 1.f;
   CUTE_UNROLL
-  for (int c = 0; c < cute::size<1>(ds); ++c) {
-    const float d = ss.delta(stage, row0 + cute::get<1>(coords(0, c)));
+  for (int c = 0; c < kCols; ++c) {
+    const float d = rs.delta[c];
     CUTE_UNROLL
     for (int r = 0; r < cute::size<0>(ds); ++r) {
       if constexpr (kDropout) {
@@ -405,8 +429,10 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, Stora
   Tensor tQrKt = thr_dq.partition_fragment_B(
       local_tile(sKt(_, _, 0), Shape<DC, N>{}, make_coord(Traits::kDqSplitByColumns ? g : 0, _0{})));
 
-  // dS^T registers -> this consumer's 64 key rows of dS (as (keys, query rows)), 4 bytes a store.
-  auto r2s = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>{}, mma_sdp);
+  // dS^T registers -> this consumer's 64 key rows of dS (as (keys, query rows)) by stmatrix, four 8 x 8
+  // tiles an instruction.  A plain copy through this pointer-swizzled layout applied the swizzle to
+  // 64-bit generic addresses: 16 ST.E of 4 bytes and ~60 address instructions a thread a block.
+  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
   auto thr_r2s = r2s.get_thread_slice(tid);
 
   // (key, query row) of every S^T value this thread holds, tile-local, as (rows, cols).
@@ -426,6 +452,9 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, Stora
     const int m0 = m * kBlockM;
     const KeyBlockRange range = walk.range(m);
     FullBarrier::wait(&ss.q_full[stage.index], stage.phase);
+    constexpr int kCols = decltype(size<1>(coords))::value;
+    WsRowStats<kCols> row_stats;
+    row_stats.load_lse(coords, ss, stage.index, 0);
 
     Tensor acc_s = partition_fragment_C(mma_sdp, Shape<KC, M>{});
     Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<KC, M>{});
@@ -433,7 +462,7 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, Stora
     wgmma_issue<true>(mma_sdp, tSrV, tSrdO(_, _, _, stage.index), acc_dp);
     uint32_t keep_bits = 0;
     if constexpr (kDropout) {
-      keep_bits = ws_dropout_keep_bits<decltype(size<1>(coords))::value>(f, coords, b, h, m0, key0);
+      keep_bits = ws_dropout_keep_bits<kCols>(f, coords, b, h, m0, key0);
     }
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_s);
@@ -441,18 +470,25 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, Stora
     // P^T = exp2(S^T scale_log2 - LSE), 0 where the mask hides (query, key).
     Tensor p = make_tensor(acc_s.data(), gmma_acc_rowcol_layout(acc_s.layout()));  // (keys, query rows)
     const bool masked = range.needs_mask(walk.n_block, Traits::kBlockN);
-    ws_probabilities(p, coords, ss, stage.index, 0, m0, key0, masked, seq, f, scale_log2);
-    warpgroup_wait<0>();
+    row_stats.load_delta(coords, ss, stage.index, 0);
+    ws_probabilities(p, coords, row_stats, 0, m0, key0, masked, seq, f, scale_log2);
+    // dV += P^T dO (A from registers), issued before dS^T is computed so the tensor cores have it
+    // meanwhile; with dropout dV takes Z^T o P^T, known with dS^T, and goes after it.
+    auto issue_dv = [&] {
+      Tensor rP = convert_fragment<Element>(acc_s);
+      Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
+      wgmma_issue<false>(mma_dkv, tOrP, tVrdOt(_, _, _, stage.index), acc_dv);
+    };
+    if constexpr (!kDropout) issue_dv();
+    warpgroup_wait<kDropout ? 0 : 1>();
     warpgroup_fence_operand(acc_dp);
     Tensor ds = make_tensor(acc_dp.data(), gmma_acc_rowcol_layout(acc_dp.layout()));
-    ws_score_gradients<kDropout>(ds, p, coords, ss, stage.index, 0, keep_bits, f.dropout_p);
+    ws_score_gradients<kDropout>(ds, p, row_stats, keep_bits, f.dropout_p);
+    if constexpr (kDropout) issue_dv();
 
-    // dV += P^T dO,  dK += dS^T Q  (A from registers)
-    Tensor rP = convert_fragment<Element>(acc_s);
+    // dK += dS^T Q  (A from registers)
     Tensor rdS = convert_fragment<Element>(acc_dp);
-    Tensor tOrP = make_tensor(rP.data(), gmma_acc_as_operand_a_layout(rP.layout()));
     Tensor tOrdS = make_tensor(rdS.data(), gmma_acc_as_operand_a_layout(rdS.layout()));
-    wgmma_issue<false>(mma_dkv, tOrP, tVrdOt(_, _, _, stage.index), acc_dv);
     wgmma_issue<false>(mma_dkv, tOrdS, tKrQt(_, _, _, stage.index), acc_dk);
 
     // dS -> shared memory; dQ_i[:, dq_col0 ..] = dS K once both consumers' keys are there (at d64
