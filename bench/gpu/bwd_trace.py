@@ -11,24 +11,14 @@ import argparse
 import ctypes
 import os
 
-import numpy as np
 import torch
 
+from trace_stamps import med, read, zero
+
 CTAS, ROLES, STEPS, EVENTS = 132, 5, 48, 14
+SHAPE = (CTAS, ROLES, STEPS, EVENTS)
 PHASES = ["Q/dO wait", "S,dP issue", "S wait", "P", "dV issue+dP wait", "dS", "dK issue", "dS store", "dS barrier",
           "dQ issue", "products wait", "dQ buffer wait", "dQ store"]
-
-
-def read(lib):
-    buf = np.zeros((CTAS, ROLES, STEPS, EVENTS), dtype=np.uint64)
-    if lib.tileattn_bwd_trace_read(ctypes.c_void_p(buf.ctypes.data), ctypes.c_size_t(buf.nbytes)) != 0:
-        raise SystemExit("tileattn_bwd_trace_read failed")
-    return buf.astype(np.int64)
-
-
-def med(values):
-    values = [v for v in values if v is not None]
-    return f"{np.median(values):.0f}" if values else "-"
 
 
 def diffs(t, steps, a, b, role_a, role_b):
@@ -70,14 +60,14 @@ def main():
         for last in (False, False, False, True):
             out = tileattn.flash_attn_func(q, k, v)
             torch.cuda.synchronize()
-            if last:  # zeroed: a step a role skips reads 0, not a stale stamp
-                lib.tileattn_bwd_trace_read(None, ctypes.c_size_t(CTAS * ROLES * STEPS * EVENTS * 8))
+            if last:
+                zero(lib.tileattn_bwd_trace_read, SHAPE)
             out.backward(dout)
             torch.cuda.synchronize()
         walk = -(-seqlen // 64)
         print(f"d128 seqlen {seqlen}: batch {batch}, {heads} heads, walks of {walk} query blocks")
         steps = range(2, min(walk, STEPS) - 2)
-        report(read(lib), steps)
+        report(read(lib.tileattn_bwd_trace_read, SHAPE), steps)
 
 
 if __name__ == "__main__":

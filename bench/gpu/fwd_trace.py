@@ -14,23 +14,15 @@ import os
 import numpy as np
 import torch
 
+from trace_stamps import med, read, zero
+
 CTAS, ROLES, ROUNDS, EVENTS = 132, 4, 64, 41
+SHAPE = (CTAS, ROLES, ROUNDS, EVENTS)
 STAMPS = 38  # events 0..37 are clock64 stamps; 38..40 hold values (key blocks, query block, own blocks)
 TILE_STEPS = ["sched+Q wait", "Q to registers", "first K wait", "first turn", "first QK", "first softmax",
               "loop", "last PV", "finalize", "store"]
 LOOP_STEPS = {"turn": (0, 1), "QK issue": (1, 7), "V wait": (7, 8), "PV issue": (8, 2), "S wait": (2, 3),
               "softmax": (3, 4), "PV wait": (4, 5), "tail": (5, 6)}
-
-
-def read(lib):
-    buf = np.zeros((CTAS, ROLES, ROUNDS, EVENTS), dtype=np.uint64)
-    if lib.tileattn_fwd_trace_read(ctypes.c_void_p(buf.ctypes.data), ctypes.c_size_t(buf.nbytes)) != 0:
-        raise SystemExit("tileattn_fwd_trace_read failed")
-    return buf.astype(np.int64)
-
-
-def med(values):
-    return f"{np.median(values):.0f}" if len(values) else "-"
 
 
 def spans(t, sel, a, b):
@@ -115,8 +107,8 @@ def main():
             for _ in range(4):
                 tileattn.flash_attn_func(q, k, v, causal=causal)
             torch.cuda.synchronize()
-            lib.tileattn_fwd_trace_read(None, ctypes.c_size_t(CTAS * ROLES * ROUNDS * EVENTS * 8))  # zeroed:
-            tileattn.flash_attn_func(q, k, v, causal=causal)  # a step a consumer skips reads 0, not a stale stamp
+            zero(lib.tileattn_fwd_trace_read, SHAPE)
+            tileattn.flash_attn_func(q, k, v, causal=causal)
             torch.cuda.synchronize()
             tiles = batch * heads * -(-seqlen // rows)
             rounds = min(tiles // CTAS, ROUNDS - 1)
@@ -125,7 +117,7 @@ def main():
             if rounds < 3:
                 print("  too few rounds to report")
                 continue
-            trace = read(lib)
+            trace = read(lib.tileattn_fwd_trace_read, SHAPE)
             report(trace, consumers, rounds)
             cta_spans(trace)
 
