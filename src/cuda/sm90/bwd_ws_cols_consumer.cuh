@@ -65,8 +65,8 @@ __device__ __forceinline__ void ws_consume_cols(BwdWsParams<Traits> const& prm, 
   Tensor tQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, M, K, buffer)
   Tensor tQrKt = thr_dq.partition_fragment_B(local_tile(sKt(_, _, 0), Shape<DC, N>{}, make_coord(g, _0{})));
 
-  // S^T-layout registers (P^T, dS^T) -> this consumer's 32 query columns of a buffer, by stmatrix (bwd_ws_roles.cuh).
-  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+  // S^T-layout registers (P^T, dS^T) -> this consumer's 32 query columns of a buffer.
+  auto r2s = make_tiled_copy_C(typename Traits::SmemCopyAtomC{}, mma_sdp);
   auto thr_r2s = r2s.get_thread_slice(tid);
 
   // (key, query row) of every S^T value this thread holds, relative to (n0, first query of the

@@ -226,7 +226,7 @@ __device__ __forceinline__ void ws_store_dkv_by_tma(BwdWsParams<Traits> const& p
   Tensor rdV = convert_fragment<Element>(acc_dv);
   Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutKV{});  // (N, D, 1)
   Tensor sV = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutKV{});
-  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_dkv);
+  auto r2s = make_tiled_copy_C(typename Traits::SmemCopyAtomC{}, mma_dkv);
   auto thr_r2s = r2s.get_thread_slice(tid);
   // Each consumer's dQ product read K's columns for all of the block's keys: K is overwritten only
   // after both are done with it.
@@ -429,10 +429,8 @@ __device__ __forceinline__ void ws_consume(BwdWsParams<Traits> const& prm, Stora
   Tensor tQrKt = thr_dq.partition_fragment_B(
       local_tile(sKt(_, _, 0), Shape<DC, N>{}, make_coord(Traits::kDqSplitByColumns ? g : 0, _0{})));
 
-  // dS^T registers -> this consumer's 64 key rows of dS (as (keys, query rows)) by stmatrix, four 8 x 8
-  // tiles an instruction.  A plain copy through this pointer-swizzled layout applied the swizzle to
-  // 64-bit generic addresses: 16 ST.E of 4 bytes and ~60 address instructions a thread a block.
-  auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+  // dS^T registers -> this consumer's 64 key rows of dS (as (keys, query rows)).
+  auto r2s = make_tiled_copy_C(typename Traits::SmemCopyAtomC{}, mma_sdp);
   auto thr_r2s = r2s.get_thread_slice(tid);
 
   // (key, query row) of every S^T value this thread holds, tile-local, as (rows, cols).

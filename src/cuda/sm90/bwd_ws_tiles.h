@@ -4,6 +4,7 @@
 // TMA copy types that fill them and write dK, dV back.
 #pragma once
 
+#include <cute/arch/copy_sm90.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
@@ -43,6 +44,12 @@ struct BwdWsTiles {
   using TmaKVStore = decltype(cute::make_tma_copy(
       cute::SM90_TMA_STORE{}, cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
       cute::take<0, 2>(SmemLayoutKV{}), cute::Shape<_N, _D>{}, cute::_1{}));
+
+  // Accumulator-layout registers (dS^T, P^T, dK, dV) into these swizzled tiles: stmatrix, four 8 x 8
+  // tiles an instruction.  A plain copy through the pointer-swizzled layouts applied the swizzle to
+  // 64-bit generic addresses: 16 ST.E of 4 bytes and ~60 address instructions a thread for one dS
+  // block (session 77).
+  using SmemCopyAtomC = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>;
 
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
