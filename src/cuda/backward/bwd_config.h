@@ -23,6 +23,10 @@ constexpr int head_dim_bucket(int head_dim) {
 // warp-specialized kernel's turns ran past the counters and check_backward hung on the H200).
 constexpr int kWsBlockM = 64;
 
+// The most floats the warp-specialized kernel pads a row of the dQ workspace by (its staging rows'
+// pitch, bwd_ws_dq_pitch): the workspace size query, which does not know the kernel, allows for it.
+constexpr int kWsDqPadMax = 8;
+
 template <int kHeadDim>
 struct BwdConfig {
   static constexpr int kDim = kHeadDim;  // padded head dim, a multiple of 16 (the MMA's k)

@@ -36,5 +36,9 @@ namespace tileattn::cuda::sm90 {
 // generated bwd_sm90_<dtype>_hdim<D>.cu files (sm_90a); sm90_bwd_instances.inc lists those built.
 template <int kHeadDim, typename Element>
 void run_bwd_sm90(const bwd::BwdArgs& args, cudaStream_t stream);
+// Floats per row of the dQ workspace the kernel run_bwd_sm90 picks for these arguments needs: the
+// bucket, or the warp-specialized kernel's padded staging pitch.
+template <int kHeadDim, typename Element>
+int bwd_sm90_dq_pitch(const bwd::BwdArgs& args);
 
 }  // namespace tileattn::cuda::sm90

@@ -35,12 +35,13 @@ struct Sm90BwdInstance {
   int head_dim;
   tileattn_dtype dtype;
   void (*run)(const bwd::BwdArgs&, cudaStream_t);
+  int (*dq_pitch)(const bwd::BwdArgs&);  // floats per dQ workspace row the kernel `run` picks needs
 };
 
 // The wgmma buckets this build compiled (empty unless 90 is in TILEATTN_CUDA_ARCHS), after a
 // sentinel entry that keeps the array non-empty.
 constexpr Sm90BwdInstance kSm90Instances[] = {
-    {0, TILEATTN_FLOAT16, nullptr},
+    {0, TILEATTN_FLOAT16, nullptr, nullptr},
 #include "sm90_bwd_instances.inc"
 };
 
@@ -115,8 +116,9 @@ bwd::BwdArgs::WarpSpecialized warp_specialized_choice() {
 
 // The scratch the kernel sequence needs, carved in order from one workspace, each part on a
 // 256-byte boundary; with base == nullptr only counted.  The size query and the call carve with
-// this one function, so they agree.  Returns the bytes used.
-int64_t carve_scratch(bwd::BwdArgs& args, bool fa2, char* base) {
+// this one function, so they agree.  dq_pitch: floats per dQ accumulator row (dq_pitch_for).
+// Returns the bytes used.
+int64_t carve_scratch(bwd::BwdArgs& args, bool fa2, int dq_pitch, char* base) {
   const ForwardParams& f = args.p.fwd;
   int64_t used = 0;
   const auto take = [&](int64_t count, size_t element) {
@@ -130,9 +132,7 @@ int64_t carve_scratch(bwd::BwdArgs& args, bool fa2, char* base) {
   args.dk_expanded = args.dv_expanded = nullptr;
   // dQ accumulates in float32 atomics, except on the fallback's deterministic path.
   if (fa2 || !args.deterministic) {
-    // The FA2 kernel's rows are padded to the bucket: a compile-time pitch makes every atomic's
-    // address an immediate offset from one per-thread pointer (no address registers to spill).
-    args.dq_pitch = fa2 ? bwd::head_dim_bucket(f.head_dim) : f.head_dim;
+    args.dq_pitch = dq_pitch;
     args.dq_accum = reinterpret_cast<float*>(take(f.num_heads * args.q_rows * args.dq_pitch, sizeof(float)));
   }
   if (fa2 && args.deterministic) {
@@ -148,6 +148,18 @@ int64_t carve_scratch(bwd::BwdArgs& args, bool fa2, char* base) {
     args.dv_expanded = reinterpret_cast<float*>(take(f.num_heads * args.k_rows * f.head_dim, sizeof(float)));
   }
   return used;
+}
+
+// Floats per dQ accumulator row.  The FA2 kernel's rows are padded to the bucket: a compile-time
+// pitch makes every atomic's address an immediate offset from one per-thread pointer (no address
+// registers to spill).  The warp-specialized kernel's have its staging rows' pitch, so a query
+// block's dQ is one bulk reduction; the size query (sm90 unknown: nullptr) allows for the most it
+// pads by.
+int dq_pitch_for(const bwd::BwdArgs& args, bool fa2, const Sm90BwdInstance* sm90, bool size_query) {
+  const int bucket = bwd::head_dim_bucket(args.p.fwd.head_dim);
+  if (!fa2) return args.p.fwd.head_dim;
+  if (size_query) return bucket + bwd::kWsDqPadMax;
+  return sm90 != nullptr ? sm90->dq_pitch(args) : bucket;
 }
 
 // Whether the FA2 kernels fit this GPU's shared memory for the head dim (the pointers decide the rest).
@@ -184,8 +196,9 @@ int64_t cuda_backward_workspace_size(const BackwardParams& p) {
   require_grid_fits(p.fwd);
   if (p.fwd.batch == 0) return 0;
   bwd::BwdArgs args = shape_args(p);
-  const int64_t fallback = carve_scratch(args, false, nullptr);
-  return fa2_fits(p.fwd) ? std::max(fallback, carve_scratch(args, true, nullptr)) : fallback;
+  const int64_t fallback = carve_scratch(args, false, dq_pitch_for(args, false, nullptr, true), nullptr);
+  if (!fa2_fits(p.fwd)) return fallback;
+  return std::max(fallback, carve_scratch(args, true, dq_pitch_for(args, true, nullptr, true), nullptr));
 }
 
 void cuda_backward(const BackwardParams& p) {
@@ -222,7 +235,8 @@ void cuda_backward(const BackwardParams& p) {
   const Sm90BwdInstance* sm90 =
       fa2 && sm90_allowed && is_sm90_device() ? find_sm90_instance(bwd::head_dim_bucket(f.head_dim), f.dtype)
                                               : nullptr;
-  const int64_t needed = carve_scratch(args, fa2, nullptr);
+  const int dq_pitch = dq_pitch_for(args, fa2, sm90, false);
+  const int64_t needed = carve_scratch(args, fa2, dq_pitch, nullptr);
   std::optional<StreamWorkspace> pool;  // when the caller gave no workspace; freed on the stream after the kernels
   char* base = static_cast<char*>(p.workspace);
   if (base == nullptr) {
@@ -232,7 +246,7 @@ void cuda_backward(const BackwardParams& p) {
                 "the backward needs " + std::to_string(needed) + " bytes of workspace, got " +
                     std::to_string(p.workspace_bytes) + " (tileattn_backward_workspace_size)");
   }
-  carve_scratch(args, fa2, base);
+  carve_scratch(args, fa2, dq_pitch, base);
   if (args.dq_turns != nullptr) {
     const size_t turns = static_cast<size_t>(f.batch) * f.num_heads * args.dq_turn_blocks * sizeof(int);
     check_cuda(cudaMemsetAsync(args.dq_turns, 0, turns, stream), "cudaMemsetAsync(dQ turns)");

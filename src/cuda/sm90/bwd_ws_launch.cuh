@@ -64,6 +64,23 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   return f.seqlen_q >= (bounded_right ? 1024 : 512);
 }
 
+// Deterministic calls split the dQ writes over two writer warps; atomic ones keep one, whose
+// reductions need no wait before the next block (measured 2026-11-30, d128: deterministic +4-11%
+// from 2k with two, atomic even from 4k and lower at causal 1k).
+inline int bwd_ws_writers(const bwd::BwdArgs& a) { return a.deterministic ? 2 : 1; }
+
+// Floats per row of the dQ workspace this kernel needs: its staging rows' pitch, so that each
+// query block's dQ goes out as one bulk reduction (ws_write_dq).
+template <int kHeadDim, typename Element>
+int bwd_ws_dq_pitch(const bwd::BwdArgs& a) {
+  using Traits = BwdWsTraitsFor<kHeadDim, Element>;
+  constexpr int kOne = Traits::template SharedStorage<1>::kDqPitch;
+  constexpr int kTwo = Traits::template SharedStorage<2>::kDqPitch;
+  static_assert(kOne <= kHeadDim + bwd::kWsDqPadMax && kTwo <= kHeadDim + bwd::kWsDqPadMax,
+                "the workspace size query bounds the pitch by kWsDqPadMax");
+  return bwd_ws_writers(a) == 2 ? kTwo : kOne;
+}
+
 template <typename Traits, int kWriters, bool kDropout>
 void launch_bwd_ws_kernel(const BwdWsParams<Traits>& prm, const tileattn_fwd_params& f, cudaStream_t stream) {
   auto kernel = &bwd_ws_kernel<Traits, kWriters, kDropout>;
@@ -71,6 +88,9 @@ void launch_bwd_ws_kernel(const BwdWsParams<Traits>& prm, const tileattn_fwd_par
   static const cudaError_t opt_in = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   check_cuda(opt_in, "bwd_ws_kernel smem opt-in");
   const dim3 grid((f.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, f.batch, f.num_heads);
+  if (prm.a.dq_pitch != Traits::template SharedStorage<kWriters>::kDqPitch) {
+    throw Error(ErrorCode::kInternal, "workspace", "the dQ workspace's row pitch is not the warp-specialized kernel's");
+  }
   kernel<<<grid, Traits::kThreads, kSmem, stream>>>(prm);
   check_cuda(cudaGetLastError(), "bwd_ws_kernel");
 }
@@ -120,9 +140,6 @@ void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
                                kv_smem, KVTile{}, _1{});
   }
 
-  // Deterministic calls split the dQ writes over two writer warps; atomic ones keep one, whose
-  // reductions need no wait before the next block (measured 2026-11-30, d128: deterministic +4-11%
-  // from 2k with two, atomic even from 4k and lower at causal 1k).
   // Dropout is a separate kernel: its Philox calls and keep bits cost the plain one nothing.
   // One launch per (writers, dropout) pair; the tags carry the choice into the template.
   const auto launch = [&](auto writers, auto dropout) {
@@ -131,7 +148,7 @@ void run_bwd_ws(const bwd::BwdArgs& a, cudaStream_t stream) {
   using OneWriter = std::integral_constant<int, 1>;
   using TwoWriters = std::integral_constant<int, 2>;
   const bool dropout = f.dropout_p > 0.f;
-  if (a.dq_turns != nullptr) {
+  if (bwd_ws_writers(a) == 2) {
     dropout ? launch(TwoWriters{}, std::true_type{}) : launch(TwoWriters{}, std::false_type{});
   } else {
     dropout ? launch(OneWriter{}, std::true_type{}) : launch(OneWriter{}, std::false_type{});

@@ -156,25 +156,28 @@ __device__ __forceinline__ void ws_stage_row_stats(const bwd::BwdArgs& a, Storag
 }
 
 // Warps 2 and 3 of the producer warpgroup (`writer` 0 and 1, the even and odd steps of the walk):
-// each query block's dQ, once both consumers have written their halves to the writer's buffer, goes to
-// the float32 workspace as one 512-byte bulk reduction per row (rows past seqlen_q are not sent:
-// in a packed batch they would be the next sequence's).  When deterministic, lane 0 waits for the
-// block's turn before the block is ready and releases it after the reductions have landed, so the
-// consumers wait for a turn only when it comes later than their products, never for the
-// reductions, and while one writer waits for its reductions to land the other can take the next
-// block.
+// each query block's dQ, once both consumers have written their halves to the writer's buffer, goes
+// to the float32 workspace as one bulk reduction issued by lane 0.  The workspace rows have the
+// staging rows' padded pitch (cuda_backward.cu asks bwd_ws_dq_pitch), so a block's valid rows, pad
+// columns included (never read), are one contiguous span; rows past seqlen_q are not sent (in a
+// batch they are the next sequence's).  One reduction per row cost ~4,600 cycles a block at d128
+// (UBLKRED takes uniform operands, so the 32 lanes issued theirs one at a time) of the block's
+// ~5,430 on the H200 (session 77's trace): the writer was the backward's critical path.  When
+// deterministic, lane 0 waits for the block's turn before the block is ready and releases it after
+// the reduction has landed, so the consumers wait for a turn only when it comes later than their
+// products, never for the reduction, and while one writer waits for its reduction to land the other
+// can take the next block.
 template <typename Traits, int kWriters, typename Storage>
 __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, Storage& ss,
                                             const BwdWalk& walk, int b, int h, int writer) {
   const tileattn_fwd_params& f = a.p.fwd;
   const int lane = threadIdx.x % 32;
-  constexpr int kHeadDim = Traits::kHeadDim;
   uint32_t phase = 0;
   for (int step = writer, m = walk.at(step); m >= 0; step += kWriters, m = walk.at(step)) {
     const float* sdq = ss.dq_staging(writer);
     const int m0 = m * Traits::kBlockM;
     const int valid_rows = walk.seq.seqlen_q - m0;
-    float* gdq = a.dq_accum + (h * a.q_rows + packed_q_row(f, walk.seq, m0)) * kHeadDim;
+    float* gdq = a.dq_accum + (h * a.q_rows + packed_q_row(f, walk.seq, m0)) * Storage::kDqPitch;
     int* counter = nullptr;
     if (a.dq_turns != nullptr) {
       // The turn first, while the consumers still compute the block, so the staging buffer is
@@ -185,22 +188,22 @@ __device__ __forceinline__ void ws_write_dq(const bwd::BwdArgs& a, Storage& ss,
       __syncwarp();
     }
     EmptyBarrier::wait(&ss.dq_full[writer], phase);
-    if (counter != nullptr) fence_proxy_async_global();  // the reductions come after the acquired turn
-    for (int r = lane; r < Traits::kBlockM; r += 32) {
-      if (r < valid_rows) bulk_reduce_add_f32(gdq + r * kHeadDim, sdq + r * Storage::kDqPitch, kHeadDim * 4);
+    if (lane == 0) {
+      if (counter != nullptr) fence_proxy_async_global();  // the reduction comes after the acquired turn
+      const int rows = valid_rows < Traits::kBlockM ? valid_rows : Traits::kBlockM;
+      bulk_reduce_add_f32(gdq, sdq, rows * Storage::kDqPitch * 4);
+      bulk_commit();
+      // The consumers may write the next dQ once the copy has read this one; the turn waits for
+      // the reduction to land, which only this lane waits for.
+      bulk_wait_read();
+      EmptyBarrier::arrive(&ss.dq_empty[writer]);
+      if (counter != nullptr) {
+        bulk_wait_done();
+        fence_proxy_async_global();
+        bwd::release_turn(counter);
+      }
     }
-    bulk_commit();
-    // The consumers may write the next dQ once the copies have read this one; the turn waits for
-    // the reductions to land, which only this warp waits for.
-    bulk_wait_read();
     __syncwarp();
-    if (lane == 0) EmptyBarrier::arrive(&ss.dq_empty[writer]);
-    if (counter != nullptr) {
-      bulk_wait_done();
-      fence_proxy_async_global();
-      __syncwarp();
-      if (lane == 0) bwd::release_turn(counter);
-    }
     phase ^= 1u;
   }
   bulk_wait_done();
