@@ -153,8 +153,8 @@ int64_t carve_scratch(bwd::BwdArgs& args, bool fa2, int dq_pitch, char* base) {
 // Floats per dQ accumulator row.  The FA2 kernel's rows are padded to the bucket: a compile-time
 // pitch makes every atomic's address an immediate offset from one per-thread pointer (no address
 // registers to spill).  The warp-specialized kernel's have its staging rows' pitch, so a query
-// block's dQ is one bulk reduction; the size query (sm90 unknown: nullptr) allows for the most it
-// pads by.
+// block's dQ is one bulk reduction; the size query, made before any kernel is chosen, allows for
+// the most it pads by.
 int dq_pitch_for(const bwd::BwdArgs& args, bool fa2, const Sm90BwdInstance* sm90, bool size_query) {
   const int bucket = bwd::head_dim_bucket(args.p.fwd.head_dim);
   if (!fa2) return args.p.fwd.head_dim;

@@ -93,7 +93,7 @@ struct BwdWsColsTraits : BwdWsTiles<Element_, bwd::kWsBlockM, 64, kHeadDim_, 1> 
   struct SharedStorage {
     static_assert(kWriters == 1 || kWriters == 2, "one or two dQ writers, one staging buffer");
     // kHeadDim + 8 floats a row: each half-warp's 8-byte stores of 4 accumulator rows fill the 32
-    // banks once, and every row stays 16-byte aligned for its bulk reduction.
+    // banks once, in whole 16-byte vectors, as the block's one bulk reduction needs.
     static constexpr int kDqPitch = kHeadDim + 8;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;

@@ -93,11 +93,11 @@ struct BwdWsTraits : BwdWsTiles<Element_, bwd::kWsBlockM, 128, kHeadDim_, 2> {
   template <int kWriters>
   struct SharedStorage {
     // dQ staging rows.  One buffer: kHeadDim + 8 floats (544 B at d128), so each half-warp's 8-byte
-    // stores of 4 rows of the wgmma accumulator fill all 32 banks once (one wavefront per half-warp)
-    // and every row stays 16-byte aligned for its bulk reduction.  Two buffers of that pitch need
+    // stores of 4 rows of the wgmma accumulator fill all 32 banks once (one wavefront per half-warp);
+    // whole 16-byte vectors, as the block's one bulk reduction needs.  Two buffers of that pitch need
     // 2 KB more than the 227 KB at d128, so with two the pitch is kHeadDim + 4 (each half-warp's
-    // store takes two wavefronts) and LSE and D move into the pad columns: the bulk reductions read
-    // only the first kHeadDim floats of a row.
+    // store takes two wavefronts) and LSE and D move into the pad columns: the reduction adds them to
+    // the workspace's pad columns, which nothing reads.
     static constexpr int kDqPitch = kWriters == 1 ? kHeadDim + 8 : kHeadDim + 4;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
