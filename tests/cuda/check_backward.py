@@ -122,11 +122,11 @@ def main():
         # (TILEATTN_BACKWARD_WS=1) for the causal GQA case with seqlen_q != seqlen_k
         ("dropout d128 s1100", 1, 1100, 1100, 4, 4, 128, bf, dict(dropout_p=0.2)),
         ("dropout causal gqa d96 sq<sk", 2, 300, 520, 4, 2, 96, fp, dict(dropout_p=0.1, causal=True)),
-        # d64 at >= 1024 rows: the FA2-structured kernel under auto, and the warp-specialized
-        # kernel's d64 bucket (one consumer computes a block's whole dQ, the two taking turns)
-        # when forced: GQA dropout (dK, dV through the expanded buffers), a head dim below the
-        # bucket with seqlen_q > seqlen_k, a causal window, and 7 query heads a KV head with
-        # seqlen_q < seqlen_k and a last query block of 40 (warp-specialized) or 104 rows
+        # d64 at >= 1000 rows in the warp-specialized kernel's d64 bucket (one consumer computes a
+        # block's whole dQ, the two taking turns): under auto a head dim below the bucket with
+        # seqlen_q > seqlen_k, and 7 query heads a KV head with seqlen_q < seqlen_k and a last query
+        # block of 40 rows; when forced also GQA dropout (dK, dV through the expanded buffers) and
+        # a causal window, which auto leaves to the FA2-structured kernel (dropout; under 2048 rows)
         ("dropout gqa d64 s1300", 1, 1300, 1300, 4, 2, 64, fp, dict(dropout_p=0.15)),
         ("plain d48 sq>sk", 2, 1100, 700, 4, 4, 48, bf, {}),
         ("window d64 s1030", 1, 1030, 1030, 4, 4, 64, bf, dict(window=(200, 0))),

@@ -473,7 +473,7 @@ def test_tail_split_choice(monkeypatch, head_dim, multicast):
 
 
 # TILEATTN_BACKWARD_FAMILY picks the backward's products (wgmma on Hopper, else mma.sync);
-# TILEATTN_BACKWARD_WS the warp-specialized Hopper kernel (auto, 0 or 1; auto uses it for d65-128).
+# TILEATTN_BACKWARD_WS the warp-specialized Hopper kernel (auto, 0 or 1; auto picks by head dim and length).
 @pytest.mark.parametrize("variable, typo, choices, head_dim", [
     ("TILEATTN_BACKWARD_FAMILY", "sm91", ("sm80", "auto"), 64),
     ("TILEATTN_BACKWARD_WS", "yes", ("0", "1"), 128),

@@ -23,11 +23,11 @@ using BwdWsTraitsFor =
     std::conditional_t<(kHeadDim <= 128), BwdWsTraits<kHeadDim, Element>, BwdWsColsTraits<kHeadDim, Element>>;
 
 // The calls it can serve: dense batches (no cu_seqlens, seqused_k), no softcap or ALiBi (dropout
-// has its own kernel), head dims up to 256 (buckets 64, 128 and 256; d <= 64 only when forced) with
-// 16-byte aligned rows.  Under auto (thresholds below) from 512 query rows at d256, and at d65-128
-// from 512 without a mask and 1024 with one: each CTA walks its query blocks with one CTA an SM, so
-// fill, drain and the dK, dV epilogue are exposed once per walk, which short causal walks cannot
-// hide.  Every other call runs the FA2-structured kernel.
+// has its own kernel), head dims up to 256 (buckets 64, 128 and 256) with 16-byte aligned rows.
+// Under auto (thresholds below) from 512 query rows at d256, at d65-128 from 512 without a mask and
+// 1024 with one, and at d <= 64 without dropout from 512 without a mask and 2048 with one: each CTA
+// walks its query blocks with one CTA an SM, so fill, drain and the dK, dV epilogue are exposed once
+// per walk, which short causal walks cannot hide.  Every other call runs the FA2-structured kernel.
 inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   using Mode = bwd::BwdArgs::WarpSpecialized;
   if (a.warp_specialized == Mode::kNever) return false;
@@ -45,11 +45,14 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
     return false;
   }
   if (a.warp_specialized == Mode::kAlways) return true;
-  // d <= 64 only when forced: with 64-row query blocks its products are too short next to each
-  // block's fixed work, and it measured 0.73-0.86x the FA2-structured kernel's 128 x 128 tiles at
-  // every length, atomic and deterministic (2026-11-30 A/B, H200 bf16, d64 512-8k), and 0.64-0.76x
-  // once its wgmmas were no longer serialized (session 13).
-  if (f.head_dim <= 64) return false;
+  const bool bounded_right = f.window_right >= 0;
+  // d <= 64: 0.64-0.86x the FA2-structured kernel's 128 x 128 tiles until session 78 (H200,
+  // sessions 10-13), when its dQ writer's 64 row reductions a block became one.  Since then, back
+  // to back on the H100 (`--queue 10`, bf16, forced against auto; perf log, session 78): without a
+  // mask level at 512 rows and +3-5% from 1k atomic, +6-20% deterministic; causal 0.93x at 512 and
+  // 0.96x at 1k atomic, level at 2k, +2-3% from 4k (deterministic level at 512, +3-8% from 1k).
+  // Dropout at d64 was not timed on it, so those calls stay on the FA2-structured kernel.
+  if (f.head_dim <= 64) return f.dropout_p == 0.f && f.seqlen_q >= (bounded_right ? 2048 : 512);
   // d256 (the column-split layout), back to back against the FA2-structured kernel (`--queue 10`,
   // 2026-11-30, session 16, H200 bf16): 1.29-1.46x atomic and 1.20-1.41x deterministic at 512-16k
   // tokens without a mask, 1.17-1.45x and 1.15-1.34x causal.  Below 512 rows it is not measured.
@@ -60,7 +63,6 @@ inline bool bwd_ws_serves(const bwd::BwdArgs& a) {
   // causal mask or a right-bounded window not at 512 rows (atomic 0.96, deterministic 0.99), where
   // the walks have few blocks to overlap, but from 1024 (deterministic +12%).  Earlier single-call
   // A/Bs put d96 with d128 (2k +15%, 512 +4% atomic).
-  const bool bounded_right = f.window_right >= 0;
   return f.seqlen_q >= (bounded_right ? 1024 : 512);
 }
 
