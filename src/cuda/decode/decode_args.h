@@ -68,9 +68,17 @@ TILEATTN_HOST_DEVICE int varlen_cache_length(const tileattn_kvcache_params& p, i
   return ok ? static_cast<int>(used) : -1;
 }
 
+// Sequence b's cache length before the append: its cache_seqlens entry, the one length every
+// sequence shares (an int cache_seqlens), or the varlen count above.
+TILEATTN_HOST_DEVICE int cache_length(const tileattn_kvcache_params& p, int b) {
+  if (p.cache_seqlens) return p.cache_seqlens[b];
+  if (p.uniform_cache_seqlen) return p.cache_seqlen;
+  return varlen_cache_length(p, b);
+}
+
 TILEATTN_HOST_DEVICE SequenceKeys sequence_keys(const tileattn_kvcache_params& p, int b) {
   SequenceKeys s;
-  s.seqlen = p.cache_seqlens ? p.cache_seqlens[b] : p.uniform_cache_seqlen ? p.cache_seqlen : varlen_cache_length(p, b);
+  s.seqlen = cache_length(p, b);
   const int added = p.k_new ? p.seqlen_new : 0;
   s.first = p.cache_leftpad ? p.cache_leftpad[b] : 0;
   s.row = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
