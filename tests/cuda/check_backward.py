@@ -126,7 +126,8 @@ def main():
         # block's whole dQ, the two taking turns): under auto a head dim below the bucket with
         # seqlen_q > seqlen_k, and 7 query heads a KV head with seqlen_q < seqlen_k and a last query
         # block of 40 rows; when forced also GQA dropout (dK, dV through the expanded buffers) and
-        # a causal window, which auto leaves to the FA2-structured kernel (dropout; under 2048 rows)
+        # a causal window, which auto leaves to the FA2-structured kernel (d <= 64 with dropout; a
+        # right-bounded window under 2048 rows)
         ("dropout gqa d64 s1300", 1, 1300, 1300, 4, 2, 64, fp, dict(dropout_p=0.15)),
         ("plain d48 sq>sk", 2, 1100, 700, 4, 4, 48, bf, {}),
         ("window d64 s1030", 1, 1030, 1030, 4, 4, 64, bf, dict(window=(200, 0))),
