@@ -161,8 +161,12 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_
     torch ops on q's device: nothing is read back to the host."""
     starts = cu_seqlens_k[:-1]
     ends = cu_seqlens_k[1:]
-    if seqused_k is not None:  # four more small kernels, for calls that give seqused_k only
-        ends = torch.where(seqused_k <= ends - starts, starts + seqused_k, -1)
+    if seqused_k is not None:
+        # Three more small kernels, for calls that give seqused_k only.  A negative end, the -1 or a
+        # sum near 2^31 that wrapped, is a negative cache length, which the decode kernels refuse
+        # (decode_args.h sequence_keys); a negative seqused_k ends before its start (cache_leftpad).
+        used_ends = starts + seqused_k
+        ends = torch.where(used_ends <= ends, used_ends, -1)
     # Every sequence's cache entry is k itself: a batch stride of 0, not a cache_batch_idx of
     # zeros, which took one more kernel a call (1 us, 8% of a 1 x 2k step in a CUDA graph on an
     # H100; the same bits).

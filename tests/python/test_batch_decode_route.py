@@ -142,12 +142,15 @@ def test_varlen_decode_shaped_calls_take_the_route_and_hold_the_rule(device, kvc
 
 @pytest.mark.skipif("cuda" not in DEVICES, reason="CUDA's NaN rule: the CPU backend raises instead")
 @pytest.mark.usefixtures("no_plans")
-@pytest.mark.parametrize("case", ["seqused_k past the keys", "negative seqused_k", "keys out of order"])
+@pytest.mark.parametrize("case", ["seqused_k past the keys", "negative seqused_k", "seqused_k near 2^31",
+                                  "keys out of order"])
 def test_varlen_route_gives_nan_for_bad_contents(monkeypatch, case):
     """The forward kernels' rule on the route: the bad sequence's rows NaN, the others attend
-    (session 73's route read past a sequence's keys into the next one's for seqused_k above them)."""
+    (session 73's route read past a sequence's keys into the next one's for seqused_k above them).
+    Near 2^31 the route's int32 end, 20 + seqused_k, wraps negative."""
     cu_k = [0, 20, 50, 90] if case != "keys out of order" else [0, 20, 10, 90]
-    used = {"seqused_k past the keys": [20, 31, 40], "negative seqused_k": [20, -1, 40]}.get(case)
+    used = {"seqused_k past the keys": [20, 31, 40], "negative seqused_k": [20, -1, 40],
+            "seqused_k near 2^31": [20, 2**31 - 5, 40]}.get(case)
     on = dict(device="cuda", dtype=torch.bfloat16)
     q, k, v = torch.randn(3, 4, 64, **on), torch.randn(90, 1, 64, **on), torch.randn(90, 1, 64, **on)
     cu_q = torch.arange(4, device="cuda", dtype=torch.int32)
