@@ -156,8 +156,8 @@ int64_t carve_scratch(bwd::BwdArgs& args, bool fa2, int dq_pitch, char* base) {
 // block's dQ is one bulk reduction; the size query, made before any kernel is chosen, allows for
 // the most it pads by.
 int dq_pitch_for(const bwd::BwdArgs& args, bool fa2, const Sm90BwdInstance* sm90, bool size_query) {
-  const int bucket = bwd::head_dim_bucket(args.p.fwd.head_dim);
   if (!fa2) return args.p.fwd.head_dim;
+  const int bucket = bwd::head_dim_bucket(args.p.fwd.head_dim);
   if (size_query) return bucket + bwd::kWsDqPadMax;
   return sm90 != nullptr ? sm90->dq_pitch(args) : bucket;
 }
